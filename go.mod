@@ -1,0 +1,8 @@
+module github.com/queuey/queuey
+
+go 1.26
+
+require (
+	github.com/benbjohnson/clock v1.3.5
+	github.com/rabbitmq/amqp091-go v1.16.0
+)

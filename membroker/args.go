@@ -1,0 +1,459 @@
+package membroker
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// queueKind is a queue's type, as x-queue-type names it.
+type queueKind int
+
+const (
+	classicKind queueKind = iota
+	quorumKind
+)
+
+func (k queueKind) String() string {
+	if k == quorumKind {
+		return "quorum"
+	}
+	return "classic"
+}
+
+func (k queueKind) module() string {
+	if k == quorumKind {
+		return "rabbit_quorum_queue"
+	}
+	return "rabbit_classic_queue"
+}
+
+// Limits from rabbit_misc:check_expiry and rabbit_amqqueue.
+const (
+	maxExpiry            = 315_360_000_000 // ms, ten years
+	maxClassicPriority   = 255
+	defaultDeliveryLimit = 20 // quorum queues, RabbitMQ 4.0 and later
+	maxMessageSize       = 16 << 20
+)
+
+// queueConfig is what a queue's arguments mean, derived once at declaration.
+type queueConfig struct {
+	kind           queueKind
+	messageTTL     int64 // ms; valid when hasMessageTTL
+	hasMessageTTL  bool
+	expires        int64 // ms; valid when hasExpires
+	hasExpires     bool
+	dlx            string
+	hasDLX         bool
+	dlrk           string
+	hasDLRK        bool
+	maxPriority    int // classic: levels are 0..maxPriority; valid when hasMaxPriority
+	hasMaxPriority bool
+	deliveryLimit  int64 // quorum; negative means no limit
+}
+
+// argCheck validates one argument's value when a queue is created; it returns
+// the reason term RabbitMQ prints after "invalid arg '<key>' ...: ".
+type argCheck func(v any, args amqp.Table) string
+
+// declareArgs lists the arguments RabbitMQ validates on creation, in the
+// order rabbit_amqqueue:declare_args/0 checks them. Only the keys the queue's
+// type understands are checked; the others fail the type check after.
+var declareArgs = []struct {
+	key   string
+	check argCheck
+}{
+	{"x-expires", checkExpires},
+	{"x-message-ttl", checkMessageTTL},
+	{"x-dead-letter-exchange", checkString},
+	{"x-dead-letter-routing-key", checkDLRK},
+	{"x-dead-letter-strategy", checkOneOf("invalid_dlx_strategy", "at-most-once", "at-least-once")},
+	{"x-max-length", checkNonNegInt},
+	{"x-max-length-bytes", checkNonNegInt},
+	{"x-max-in-memory-length", checkNonNegInt},
+	{"x-max-in-memory-bytes", checkNonNegInt},
+	{"x-max-priority", checkMaxPriority},
+	{"x-overflow", checkOneOf("invalid_overflow", "drop-head", "reject-publish", "reject-publish-dlx")},
+	{"x-queue-mode", checkQueueMode},
+	{"x-queue-version", checkQueueVersion},
+	{"x-single-active-consumer", checkBool},
+	{"x-queue-type", checkQueueType},
+	{"x-quorum-initial-group-size", checkGroupSize},
+	{"x-queue-leader-locator", checkOneOf("invalid_queue_locator_arg",
+		"client-local", "balanced", "random", "least-leaders", "min-masters")},
+}
+
+// Arguments each queue type understands, in the order its equivalence check
+// compares them (rabbit_classic_queue:queue_arguments/0,
+// rabbit_quorum_queue:queue_arguments/0).
+var (
+	classicArgs = []string{
+		"x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+		"x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
+		"x-queue-version", "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
+		"x-queue-leader-locator",
+	}
+	quorumArgs = []string{
+		"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy",
+		"x-expires", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
+		"x-max-in-memory-bytes", "x-overflow", "x-single-active-consumer", "x-queue-type",
+		"x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
+		"x-queue-leader-locator",
+	}
+	streamArgs = []string{
+		"x-max-length-bytes", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes",
+		"x-initial-cluster-size", "x-queue-leader-locator", "x-stream-filter-size-bytes",
+	}
+)
+
+// unmodelled are arguments RabbitMQ accepts whose effect membroker does not
+// model. Accepting them silently would let a test pass that means nothing, so
+// a declaration carrying one is refused with NOT_IMPLEMENTED.
+var unmodelled = []string{
+	"x-max-length", "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes",
+	"x-overflow", "x-single-active-consumer", "x-dead-letter-strategy",
+}
+
+func invalidArg(key, queue, reason string) *amqp.Error {
+	return preconditionFailed("invalid arg '%s' for queue '%s' in vhost '%s': %s", key, queue, vhost, reason)
+}
+
+// integerOrReason returns the integer value, or the "expected integer" reason.
+func integerOrReason(v any) (int64, string) {
+	n, ok := asInteger(v)
+	if !ok {
+		return 0, fmt.Sprintf(`"expected integer, got %s"`, amqpTypeName(v))
+	}
+	return n, ""
+}
+
+func checkExpiry(n int64) string {
+	switch {
+	case n < 0:
+		return fmt.Sprintf("{value_negative,%d}", n)
+	case n > maxExpiry:
+		return fmt.Sprintf("{value_too_large,%d}", n)
+	}
+	return ""
+}
+
+func checkExpires(v any, _ amqp.Table) string {
+	n, r := integerOrReason(v)
+	if r != "" {
+		return r
+	}
+	if n == 0 {
+		return "{value_zero,0}"
+	}
+	return checkExpiry(n)
+}
+
+func checkMessageTTL(v any, _ amqp.Table) string {
+	n, r := integerOrReason(v)
+	if r != "" {
+		return r
+	}
+	return checkExpiry(n)
+}
+
+func checkNonNegInt(v any, _ amqp.Table) string {
+	n, r := integerOrReason(v)
+	if r != "" {
+		return r
+	}
+	if n < 0 {
+		return fmt.Sprintf("{value_negative,%d}", n)
+	}
+	return ""
+}
+
+func checkGroupSize(v any, _ amqp.Table) string {
+	n, r := integerOrReason(v)
+	if r != "" {
+		return r
+	}
+	switch {
+	case n == 0:
+		return "{value_zero,0}"
+	case n < 0:
+		return fmt.Sprintf("{value_negative,%d}", n)
+	}
+	return ""
+}
+
+func checkMaxPriority(v any, _ amqp.Table) string {
+	n, r := integerOrReason(v)
+	if r != "" {
+		return r
+	}
+	switch {
+	case n < 0:
+		return fmt.Sprintf("{value_negative,%d}", n)
+	case n > maxClassicPriority:
+		return fmt.Sprintf("{max_value_exceeded,%d}", n)
+	}
+	return ""
+}
+
+func checkString(v any, _ amqp.Table) string {
+	if _, ok := v.(string); !ok {
+		return fmt.Sprintf("{unacceptable_type,%s}", amqpTypeName(v))
+	}
+	return ""
+}
+
+func checkDLRK(v any, args amqp.Table) string {
+	if r := checkString(v, args); r != "" {
+		return r
+	}
+	if _, ok := args["x-dead-letter-exchange"]; !ok {
+		return "routing_key_but_no_dlx_defined"
+	}
+	return ""
+}
+
+func checkBool(v any, _ amqp.Table) string {
+	if _, ok := v.(bool); !ok {
+		return fmt.Sprintf("{unacceptable_type,%s}", amqpTypeName(v))
+	}
+	return ""
+}
+
+func checkQueueVersion(v any, _ amqp.Table) string {
+	n, r := integerOrReason(v)
+	if r != "" {
+		return r
+	}
+	switch {
+	case n < 0:
+		return fmt.Sprintf("{value_negative,%d}", n)
+	case n != 1 && n != 2:
+		return fmt.Sprintf(`"unsupported queue version '%d'"`, n)
+	}
+	return ""
+}
+
+func checkQueueMode(v any, _ amqp.Table) string {
+	s, ok := v.(string)
+	switch {
+	case !ok:
+		return fmt.Sprintf("{unacceptable_type,%s}", amqpTypeName(v))
+	case s != "default" && s != "lazy":
+		return fmt.Sprintf(`"unsupported queue mode '%s'"`, s)
+	}
+	return ""
+}
+
+func checkQueueType(v any, _ amqp.Table) string {
+	s, ok := v.(string)
+	switch {
+	case !ok:
+		return fmt.Sprintf("{unacceptable_type,%s}", amqpTypeName(v))
+	case s != "classic" && s != "quorum" && s != "stream":
+		return fmt.Sprintf(`"unsupported queue type '%s'"`, s)
+	}
+	return ""
+}
+
+// checkOneOf accepts one of the allowed strings; any other string gets the
+// bare reason atom.
+func checkOneOf(reason string, allowed ...string) argCheck {
+	return func(v any, _ amqp.Table) string {
+		s, ok := v.(string)
+		switch {
+		case !ok:
+			return fmt.Sprintf("{unacceptable_type,%s}", amqpTypeName(v))
+		case !slices.Contains(allowed, s):
+			return reason
+		}
+		return ""
+	}
+}
+
+// kindOf returns the queue type the (wire-form) arguments ask for.
+func kindOf(args amqp.Table) queueKind {
+	if s, _ := args["x-queue-type"].(string); s == "quorum" {
+		return quorumKind
+	}
+	return classicKind
+}
+
+// validateNew checks the declaration of a queue that does not exist yet, in
+// the order RabbitMQ 4.0.5 does, and derives its configuration.
+func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Table, v Version) (queueConfig, *amqp.Error) {
+	// rabbit_channel reads the DLX name before anything else.
+	if x, ok := args["x-dead-letter-exchange"]; ok {
+		if _, isString := x.(string); !isString {
+			return queueConfig{}, preconditionFailed("invalid type '%s' for arg 'x-dead-letter-exchange' in queue '%s' in vhost '%s'",
+				amqpTypeName(x), name, vhost)
+		}
+	}
+	if x, ok := args["x-queue-type"]; ok {
+		if reason := checkQueueType(x, args); reason != "" {
+			return queueConfig{}, invalidArg("x-queue-type", name, reason)
+		}
+	}
+	kind := kindOf(args)
+	if s, _ := args["x-queue-type"].(string); s == "stream" {
+		return queueConfig{}, notImplemented("membroker does not model stream queues")
+	}
+	own := classicArgs
+	if kind == quorumKind {
+		own = quorumArgs
+	}
+	for _, a := range declareArgs {
+		val, ok := args[a.key]
+		if !ok || !slices.Contains(own, a.key) {
+			continue
+		}
+		if reason := a.check(val, args); reason != "" {
+			return queueConfig{}, invalidArg(a.key, name, reason)
+		}
+	}
+	// The broker walks the client's table in order; membroker walks it
+	// sorted, which is the order RabbitMQ uses whenever it injected
+	// x-queue-type itself.
+	for _, key := range sortedKeys(args) {
+		known := slices.Contains(classicArgs, key) || slices.Contains(quorumArgs, key) || slices.Contains(streamArgs, key)
+		if known && !slices.Contains(own, key) {
+			return queueConfig{}, preconditionFailed("invalid arg '%s' for queue '%s' in vhost '%s' of queue type %s",
+				key, name, vhost, kind.module())
+		}
+	}
+	if kind == quorumKind {
+		switch {
+		case autoDelete:
+			return queueConfig{}, preconditionFailed("invalid property 'auto-delete' for queue '%s' in vhost '%s'", name, vhost)
+		case exclusive:
+			return queueConfig{}, preconditionFailed("invalid property 'exclusive-owner' for queue '%s' in vhost '%s'", name, vhost)
+		case !durable:
+			return queueConfig{}, preconditionFailed("invalid property 'non-durable' for queue '%s' in vhost '%s'", name, vhost)
+		}
+	}
+	for _, key := range unmodelled {
+		if _, ok := args[key]; ok {
+			return queueConfig{}, notImplemented(fmt.Sprintf("membroker does not model '%s'", key))
+		}
+	}
+	cfg := queueConfig{kind: kind, deliveryLimit: defaultDeliveryLimit}
+	if n, ok := asInteger(args["x-message-ttl"]); ok {
+		cfg.messageTTL, cfg.hasMessageTTL = n, true
+	}
+	if n, ok := asInteger(args["x-expires"]); ok {
+		cfg.expires, cfg.hasExpires = n, true
+	}
+	if s, ok := args["x-dead-letter-exchange"].(string); ok {
+		cfg.dlx, cfg.hasDLX = s, true
+	}
+	if s, ok := args["x-dead-letter-routing-key"].(string); ok {
+		cfg.dlrk, cfg.hasDLRK = s, true
+	}
+	if n, ok := asInteger(args["x-max-priority"]); ok && kind == classicKind {
+		// rabbit_priority_queue treats 0 as 1: two levels.
+		cfg.maxPriority, cfg.hasMaxPriority = max(int(n), 1), true
+	}
+	if kind == quorumKind {
+		// x-delivery-limit has no declare-time validator: a value that is not
+		// an integer never compares greater, so it acts as no limit.
+		if val, ok := args["x-delivery-limit"]; ok {
+			if n, ok := asInteger(val); ok {
+				cfg.deliveryLimit = n
+			} else {
+				cfg.deliveryLimit = -1
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// checkEquivalent compares a redeclaration with the existing queue, in the
+// order rabbit_amqqueue:assert_equivalence does after the exclusivity check.
+func checkEquivalent(q *queue, durable, autoDelete bool, args amqp.Table) *amqp.Error {
+	if durable != q.durable {
+		return inequivalent("durable", q.name, fmt.Sprintf("'%t'", durable), fmt.Sprintf("'%t'", q.durable))
+	}
+	if autoDelete != q.autoDelete {
+		return inequivalent("auto_delete", q.name, fmt.Sprintf("'%t'", autoDelete), fmt.Sprintf("'%t'", q.autoDelete))
+	}
+	keys := classicArgs
+	if q.cfg.kind == quorumKind {
+		keys = quorumArgs
+	}
+	for _, key := range keys {
+		nv, nok := args[key]
+		ov, ook := q.args[key]
+		if nok == ook && (!nok || sameArg(nv, ov)) {
+			continue
+		}
+		return inequivalent(key, q.name, renderArg(nv, nok), renderArg(ov, ook))
+	}
+	return nil
+}
+
+func inequivalent(key, name, received, current string) *amqp.Error {
+	return preconditionFailed("inequivalent arg '%s' for queue '%s' in vhost '%s': received %s but current is %s",
+		key, name, vhost, received, current)
+}
+
+func renderArg(v any, present bool) string {
+	if !present {
+		return "none"
+	}
+	return fmt.Sprintf("the value '%s' of type '%s'", renderValue(v), amqpTypeName(v))
+}
+
+func renderValue(v any) string {
+	if n, ok := asInteger(v); ok {
+		return strconv.FormatInt(n, 10)
+	}
+	return fmt.Sprint(v)
+}
+
+// sameArg compares two argument values as rabbit_misc does: integers of any
+// width are one class.
+func sameArg(a, b any) bool {
+	if x, ok := asInteger(a); ok {
+		y, ok := asInteger(b)
+		return ok && x == y
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+func sortedKeys(t amqp.Table) []string {
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// parseExpiration parses a per-message expiration property as
+// rabbit_basic:parse_expiration does; reason is RabbitMQ's error term.
+func parseExpiration(s string) (ms int64, reason string) {
+	i := 0
+	if i < len(s) && (s[i] == '-' || s[i] == '+') {
+		i++
+	}
+	j := i
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
+	}
+	if j == i {
+		return 0, "no_integer"
+	}
+	n, err := strconv.ParseInt(s[:j], 10, 64)
+	if err != nil {
+		return 0, fmt.Sprintf("{value_too_large,%s}", s[:j])
+	}
+	if j < len(s) {
+		return 0, fmt.Sprintf("{leftover_string,%q}", s[j:])
+	}
+	if r := checkExpiry(n); r != "" {
+		return 0, r
+	}
+	return n, ""
+}

@@ -1,0 +1,545 @@
+package membroker
+
+import (
+	"container/heap"
+	"encoding/base64"
+	"encoding/binary"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Version selects which RabbitMQ release's behaviour the model follows where
+// releases differ.
+type Version int
+
+const (
+	// RabbitMQ43 models RabbitMQ 4.3: quorum queues with 32 strict priority
+	// levels, a delivery limit counted on failed deliveries (reject and
+	// connection loss, not nack), the x-acquired-count header, and transient
+	// non-exclusive queues refused. It is the zero Version.
+	RabbitMQ43 Version = iota
+	// RabbitMQ40 models RabbitMQ 4.0 to 4.2: quorum queues with two priority
+	// tiers served 2:1, and every requeue (reject, nack, channel close)
+	// counting toward the delivery limit. This is the profile the conformance
+	// suite proves against a live RabbitMQ 4.0.5.
+	RabbitMQ40
+)
+
+func (v Version) String() string {
+	if v == RabbitMQ40 {
+		return "RabbitMQ40"
+	}
+	return "RabbitMQ43"
+}
+
+// Config configures a Broker. The zero Config is ready to use.
+type Config struct {
+	// Clock drives message TTLs, queue expiry and x-death times.
+	// Defaults to the real clock. Its AfterFunc must not call the function
+	// before returning; membroker never stops the timers it arms, so a
+	// simulation clock may return a nil *clock.Timer.
+	Clock clock.Clock
+	// Version is the RabbitMQ release to model. Defaults to RabbitMQ43.
+	Version Version
+}
+
+// Broker is one in-memory RabbitMQ node with a single virtual host, "/", and
+// the default exchange. It is safe for concurrent use. Every method first
+// brings the model up to Config.Clock's current time, processing what fell
+// due in deadline order.
+type Broker struct {
+	mu      sync.Mutex
+	clk     clock.Clock
+	version Version
+	now     time.Time
+
+	queues map[string]*queue
+	conns  []*Connection // open, in dial order
+
+	events   eventHeap
+	eventSeq uint64
+	armedAt  time.Time // earliest deadline a clock timer is pending for; zero if none
+	msgSeq   uint64
+	connSeq  uint64
+	nameSeq  uint64 // server-named queues and consumer tags
+
+	unsentBlocked []*consumer // consumers waiting for room in their delivery channel
+	fired         func()      // the timer callback, allocated once
+}
+
+// New returns a broker with no queues and no connections.
+func New(cfg Config) *Broker {
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.New()
+	}
+	b := &Broker{clk: clk, version: cfg.Version, queues: map[string]*queue{}, now: clk.Now()}
+	b.fired = b.onTimer
+	return b
+}
+
+// Version reports the profile the broker models.
+func (b *Broker) Version() Version { return b.version }
+
+// Dial opens a connection, as amqp.Dial does against a real broker.
+func (b *Broker) Dial() (*Connection, error) {
+	b.lock()
+	defer b.unlock()
+	b.connSeq++
+	c := &Connection{b: b, id: b.connSeq}
+	b.conns = append(b.conns, c)
+	return c, nil
+}
+
+// lock takes the broker's lock and brings the model up to the clock.
+func (b *Broker) lock() {
+	b.mu.Lock()
+	b.advance(b.clk.Now())
+}
+
+// unlock hands buffered outputs to their channels, arms the clock for the
+// next deadline and releases the lock.
+func (b *Broker) unlock() {
+	b.flush()
+	b.arm()
+	b.mu.Unlock()
+}
+
+// Event kinds on the virtual-time heap.
+const (
+	evHeadExpiry  = iota // a queue's head message may have expired
+	evQueueExpiry        // a queue's x-expires lease may have run out
+)
+
+type event struct {
+	at   time.Time
+	seq  uint64
+	kind int
+	q    *queue
+	gen  uint64
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = event{}
+	*h = old[:len(old)-1]
+	return e
+}
+
+func (b *Broker) schedule(at time.Time, kind int, q *queue, gen uint64) {
+	b.eventSeq++
+	heap.Push(&b.events, event{at: at, seq: b.eventSeq, kind: kind, q: q, gen: gen})
+}
+
+// advance processes every event due at or before now, each at its own
+// deadline, in (deadline, insertion) order.
+func (b *Broker) advance(now time.Time) {
+	for len(b.events) > 0 && !b.events[0].at.After(now) {
+		ev := heap.Pop(&b.events).(event)
+		if ev.at.After(b.now) {
+			b.now = ev.at
+		}
+		q := ev.q
+		if q.deleted {
+			continue
+		}
+		switch ev.kind {
+		case evHeadExpiry:
+			if q.ttlArmed.Equal(ev.at) {
+				q.ttlArmed = time.Time{}
+			}
+			b.run(q)
+		case evQueueExpiry:
+			if ev.gen == q.leaseGen && q.nconsumers == 0 {
+				b.deleteQueue(q)
+			}
+		}
+	}
+	if now.After(b.now) {
+		b.now = now
+	}
+}
+
+// pollInterval is how soon membroker retries handing over outputs that found
+// their channel full.
+const pollInterval = time.Millisecond
+
+// arm makes sure a clock timer is pending for the earliest thing the model
+// must do without being called: an event deadline, or a retry of outputs
+// that did not fit their channels.
+func (b *Broker) arm() {
+	var next time.Time
+	if len(b.events) > 0 {
+		next = b.events[0].at
+	}
+	if b.pendingOutput() {
+		if p := b.now.Add(pollInterval); next.IsZero() || p.Before(next) {
+			next = p
+		}
+	}
+	if next.IsZero() || (!b.armedAt.IsZero() && !next.Before(b.armedAt)) {
+		return
+	}
+	b.armedAt = next
+	b.clk.AfterFunc(next.Sub(b.clk.Now()), b.fired)
+}
+
+func (b *Broker) onTimer() {
+	b.mu.Lock()
+	if !b.armedAt.After(b.clk.Now()) {
+		b.armedAt = time.Time{}
+	}
+	b.advance(b.clk.Now())
+	b.retryUnsent()
+	b.unlock()
+}
+
+func (b *Broker) pendingOutput() bool {
+	if len(b.unsentBlocked) > 0 {
+		return true
+	}
+	for _, c := range b.conns {
+		if len(c.out) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// flush hands buffered outputs to their Go channels, connection by
+// connection, in order, stopping at the first that does not fit.
+func (b *Broker) flush() {
+	open := b.conns[:0]
+	for _, c := range b.conns {
+		c.flush()
+		if !c.closed || len(c.out) > 0 {
+			open = append(open, c)
+		}
+	}
+	clear(b.conns[len(open):])
+	b.conns = open
+}
+
+// armHeadExpiry schedules an expiry check for q's head if it has a deadline
+// earlier than the one already scheduled.
+func (b *Broker) armHeadExpiry(q *queue) {
+	at, ok := q.headDeadline(b.version)
+	if !ok || (!q.ttlArmed.IsZero() && !at.Before(q.ttlArmed)) {
+		return
+	}
+	q.ttlArmed = at
+	b.schedule(at, evHeadExpiry, q, 0)
+}
+
+// renewLease restarts q's x-expires period from now, if it has one and no
+// consumers.
+func (b *Broker) renewLease(q *queue) {
+	q.lastActive = b.now
+	q.leaseGen++
+	if q.cfg.hasExpires && q.nconsumers == 0 {
+		b.schedule(b.now.Add(time.Duration(q.cfg.expires)*time.Millisecond), evQueueExpiry, q, q.leaseGen)
+	}
+}
+
+// run expires what has expired at the head of q and dispatches to its
+// consumers, then re-arms the head-expiry timer.
+func (b *Broker) run(q *queue) {
+	for {
+		m := q.popExpired(b.now, b.version)
+		if m == nil {
+			break
+		}
+		b.deadLetter(q, m, "expired")
+	}
+	b.dispatch(q)
+	b.armHeadExpiry(q)
+}
+
+// newMessage builds the stored form of a publishing.
+func (b *Broker) newMessage(exchange, key string, pub amqp.Publishing) *message {
+	m := &message{exchange: exchange, routingKey: key, pub: pub}
+	m.pub.Headers = wireTable(pub.Headers)
+	m.pub.Timestamp = wireTimestamp(pub.Timestamp)
+	m.pub.Body = append([]byte(nil), pub.Body...)
+	m.persistent = pub.DeliveryMode == amqp.Persistent
+	if h := m.pub.Headers; h != nil {
+		m.cc = stringList(h["CC"])
+		m.bcc = stringList(h["BCC"])
+		delete(h, "BCC")
+	}
+	return m
+}
+
+func stringList(v any) []string {
+	switch x := v.(type) {
+	case string:
+		return []string{x}
+	case []any:
+		var out []string
+		for _, e := range x {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// route returns the existing queues a message published to the default
+// exchange reaches, one entry per queue, in routing-key order.
+func (b *Broker) route(keys ...[]string) []*queue {
+	var out []*queue
+	for _, ks := range keys {
+		for _, k := range ks {
+			q, ok := b.queues[k]
+			if !ok {
+				continue
+			}
+			dup := false
+			for _, x := range out {
+				dup = dup || x == q
+			}
+			if !dup {
+				out = append(out, q)
+			}
+		}
+	}
+	return out
+}
+
+// deliverTo enqueues a copy of m on each target queue. The first target takes
+// m itself.
+func (b *Broker) deliverTo(targets []*queue, m *message) {
+	for i, q := range targets {
+		c := m
+		if i > 0 {
+			cp := *m
+			cp.deaths = append([]death(nil), m.deaths...)
+			c = &cp
+		}
+		b.enqueue(q, c)
+	}
+}
+
+// enqueue adds a freshly routed message to q: it goes straight to a consumer
+// with room when nothing is waiting, else to the back of its level.
+func (b *Broker) enqueue(q *queue, m *message) {
+	b.msgSeq++
+	m.id = b.msgSeq
+	m.redelivered, m.acquired, m.failed = false, 0, 0
+	m.level = q.priorityLevel(m.pub.Priority, b.version)
+	m.hasExpiry = false
+	ttl, has := int64(-1), false
+	if q.cfg.hasMessageTTL {
+		ttl, has = q.cfg.messageTTL, true
+	}
+	if m.pub.Expiration != "" {
+		if n, reason := parseExpiration(m.pub.Expiration); reason == "" && (!has || n < ttl) {
+			ttl, has = n, true
+		}
+	}
+	if has {
+		if q.isQuorum() && ttl == 0 {
+			ttl = 1 // rabbit_fifo: discard unless consumed within the same millisecond
+		}
+		m.expiry, m.hasExpiry = b.now.Add(time.Duration(ttl)*time.Millisecond), true
+	}
+	if q.ready == 0 && !q.isQuorum() {
+		// deliver_or_enqueue: a consumer with room gets the message before
+		// any expiry check, which is what makes x-message-ttl 0 deliverable.
+		if c := b.nextConsumer(q); c != nil {
+			b.deliver(q, c, m)
+			return
+		}
+		if q.cfg.hasMessageTTL && q.cfg.messageTTL == 0 && !q.cfg.hasDLX {
+			return // classic TTL 0 without a DLX: discarded, never enqueued
+		}
+	}
+	q.enqueue(m)
+	b.run(q)
+}
+
+// dispatch hands ready messages to consumers with room, round robin.
+func (b *Broker) dispatch(q *queue) {
+	for q.ready > 0 {
+		c := b.nextConsumer(q)
+		if c == nil {
+			return
+		}
+		for {
+			m := q.popExpired(b.now, b.version)
+			if m == nil {
+				break
+			}
+			b.deadLetter(q, m, "expired")
+		}
+		m := q.take(b.version)
+		if m == nil {
+			return
+		}
+		b.deliver(q, c, m)
+	}
+}
+
+// nextConsumer returns the consumer at the head of q's round robin that can
+// take a message now, moving consumers without room to the blocked list.
+func (b *Broker) nextConsumer(q *queue) *consumer {
+	for len(q.consumers) > 0 {
+		c := q.consumers[0]
+		switch {
+		case !c.hasCredit():
+			q.consumers = q.consumers[1:]
+			q.blocked = append(q.blocked, c)
+			c.blocked = true
+		case !c.hasRoom():
+			q.consumers = q.consumers[1:]
+			c.unsent = true
+			b.unsentBlocked = append(b.unsentBlocked, c)
+		default:
+			return c
+		}
+	}
+	return nil
+}
+
+// retryUnsent puts consumers whose delivery channel has room again back into
+// their queue's round robin.
+func (b *Broker) retryUnsent() {
+	if len(b.unsentBlocked) == 0 {
+		return
+	}
+	waiting := b.unsentBlocked
+	b.unsentBlocked = nil
+	for _, c := range waiting {
+		if c.cancelled {
+			continue
+		}
+		if !c.hasRoom() {
+			b.unsentBlocked = append(b.unsentBlocked, c)
+			continue
+		}
+		c.unsent = false
+		c.q.consumers = append(c.q.consumers, c)
+		b.run(c.q)
+	}
+}
+
+// unblock returns a consumer freed by a settlement to the end of the round
+// robin.
+func (b *Broker) unblock(c *consumer) {
+	if !c.blocked || c.cancelled || !c.hasCredit() {
+		return
+	}
+	c.blocked = false
+	c.q.blocked = deleteFirst(c.q.blocked, c)
+	c.q.consumers = append(c.q.consumers, c)
+}
+
+// deleteQueue removes q with its messages (which are not dead-lettered) and
+// cancels its consumers, telling their channels.
+func (b *Broker) deleteQueue(q *queue) int {
+	n := q.ready
+	q.deleted = true
+	delete(b.queues, q.name)
+	for _, c := range q.allConsumers() {
+		c.ch.serverCancel(c)
+	}
+	q.purge()
+	return n
+}
+
+func (q *queue) allConsumers() []*consumer {
+	out := make([]*consumer, 0, q.nconsumers)
+	out = append(out, q.consumers...)
+	out = append(out, q.blocked...)
+	return out
+}
+
+// settleRequeue returns an unacknowledged message to its queue. failed says
+// whether the delivery counts as failed (reject, or the channel going down),
+// explicit whether the client asked for it (reject or nack, as opposed to a
+// channel or connection closing).
+func (b *Broker) settleRequeue(q *queue, m *message, failed, explicit bool) {
+	if q.deleted {
+		return
+	}
+	if !q.isQuorum() {
+		q.requeueClassic(m)
+		return
+	}
+	m.acquired++
+	if failed {
+		m.failed++
+	}
+	count := m.acquired
+	if b.version != RabbitMQ40 {
+		count = m.failed
+	}
+	limit := q.cfg.deliveryLimit
+	if limit >= 0 && int64(count) > limit {
+		b.deadLetter(q, m, "delivery_limit")
+		return
+	}
+	if limit < 0 && explicit {
+		// Without a limit, an explicit return is re-enqueued at the back with
+		// a new index, in the normal tier (rabbit_fifo #requeue).
+		b.msgSeq++
+		m.id = b.msgSeq
+		if b.version == RabbitMQ40 {
+			m.level = 0
+		}
+		q.enqueue(m)
+		return
+	}
+	q.returnQuorum(m)
+}
+
+// queueNames returns the names of all queues, sorted.
+func (b *Broker) queueNames() []string {
+	names := make([]string, 0, len(b.queues))
+	for n := range b.queues {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// serverName returns a fresh server-generated queue name: "amq.gen-" and 22
+// base64url characters, as RabbitMQ makes them, drawn from a per-broker
+// sequence so that runs repeat exactly.
+func (b *Broker) serverName() string {
+	for {
+		b.nameSeq++
+		x := b.nameSeq
+		var raw [16]byte
+		for i := 0; i < 2; i++ { // splitmix64, twice
+			x += 0x9e3779b97f4a7c15
+			z := x
+			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+			z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+			z ^= z >> 31
+			binary.BigEndian.PutUint64(raw[i*8:], z)
+		}
+		name := "amq.gen-" + base64.RawURLEncoding.EncodeToString(raw[:])
+		if _, taken := b.queues[name]; !taken {
+			return name
+		}
+	}
+}

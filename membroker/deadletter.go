@@ -1,0 +1,127 @@
+package membroker
+
+import (
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// death is one x-death entry: a {queue, reason} pair with its count and the
+// values of its first occurrence.
+type death struct {
+	queue, reason, exchange string
+	count                   int64
+	time                    time.Time
+	routingKeys             []string
+	originalExpiration      string
+}
+
+// deadLetter removes m from q's custody for reason ("expired", "rejected",
+// "delivery_limit"). Without a dead-letter exchange the message is dropped;
+// with one, its death is recorded and it is routed again, except to queues
+// that would close a cycle with no rejection in it.
+func (b *Broker) deadLetter(q *queue, m *message, reason string) {
+	if !q.cfg.hasDLX {
+		return
+	}
+	if q.cfg.dlx != "" {
+		return // membroker has no named exchanges: a missing DLX drops silently
+	}
+	keys := make([]string, 0, 1+len(m.cc))
+	keys = append(keys, m.routingKey)
+	keys = append(keys, m.cc...)
+
+	found := -1
+	for i := range m.deaths {
+		if m.deaths[i].queue == q.name && m.deaths[i].reason == reason {
+			found = i
+			break
+		}
+	}
+	if found >= 0 {
+		d := m.deaths[found]
+		d.count++
+		copy(m.deaths[1:found+1], m.deaths[:found])
+		m.deaths[0] = d
+	} else {
+		d := death{
+			queue: q.name, reason: reason, exchange: m.exchange, count: 1,
+			time: time.Unix(b.now.Unix(), 0), routingKeys: keys,
+			originalExpiration: m.pub.Expiration,
+		}
+		m.deaths = append(m.deaths, death{})
+		copy(m.deaths[1:], m.deaths)
+		m.deaths[0] = d
+	}
+	this := &death{queue: q.name, reason: reason, exchange: m.exchange}
+	if m.first == nil {
+		m.first = this
+	}
+	m.last = this
+	m.pub.Expiration = "" // removed so it cannot expire again downstream
+
+	var targets []*queue
+	if q.cfg.hasDLRK {
+		m.routingKey = q.cfg.dlrk
+		m.cc, m.bcc = nil, nil
+		targets = b.route([]string{m.routingKey})
+	} else {
+		targets = b.route([]string{m.routingKey}, m.cc, m.bcc)
+	}
+	m.exchange = q.cfg.dlx
+	if reason != "rejected" {
+		kept := targets[:0]
+		for _, t := range targets {
+			if !closesCycle(m.deaths, t.name) {
+				kept = append(kept, t)
+			}
+		}
+		targets = kept
+	}
+	b.deliverTo(targets, m)
+}
+
+// closesCycle reports whether dead-lettering into target would repeat a
+// death of target's with no rejection since (rabbit_dead_letter:detect_cycles).
+func closesCycle(deaths []death, target string) bool {
+	for _, d := range deaths {
+		if d.reason == "rejected" {
+			return false
+		}
+		if d.queue == target {
+			return true
+		}
+	}
+	return false
+}
+
+// deathHeaders adds the x-death, x-first-death-* and x-last-death-* headers
+// for a message the broker has dead-lettered.
+func deathHeaders(h amqp.Table, m *message) {
+	xd := make([]any, len(m.deaths))
+	for i, d := range m.deaths {
+		keys := make([]any, len(d.routingKeys))
+		for j, k := range d.routingKeys {
+			keys[j] = k
+		}
+		e := amqp.Table{
+			"count":        d.count,
+			"reason":       d.reason,
+			"queue":        d.queue,
+			"time":         d.time,
+			"exchange":     d.exchange,
+			"routing-keys": keys,
+		}
+		if d.originalExpiration != "" {
+			e["original-expiration"] = d.originalExpiration
+		}
+		xd[i] = e
+	}
+	h["x-death"] = xd
+	h["x-first-death-reason"] = m.first.reason
+	h["x-first-death-queue"] = m.first.queue
+	h["x-first-death-exchange"] = m.first.exchange
+	h["x-last-death-reason"] = m.last.reason
+	h["x-last-death-queue"] = m.last.queue
+	h["x-last-death-exchange"] = m.last.exchange
+}

@@ -1,0 +1,92 @@
+// Package membroker is a deterministic in-memory model of a RabbitMQ 4.x
+// node, for testing code written against github.com/rabbitmq/amqp091-go
+// without a broker and in virtual time.
+//
+// A *Channel has the names and signatures of the *amqp.Channel methods a job
+// library uses (QueueDeclare, QueueDeclarePassive, QueueDelete, QueuePurge,
+// Qos, Confirm, NotifyPublish, NotifyReturn, NotifyClose, NotifyCancel,
+// GetNextPublishSeqNo, Publish, PublishWithContext, Consume, Get, Cancel,
+// Ack, Nack, Reject, Close, IsClosed) and speaks amqp091's own types, so code
+// that takes an interface of those methods runs unchanged on either.
+// Deliveries carry the channel as their amqp.Acknowledger.
+//
+//	b := membroker.New(membroker.Config{Clock: clk, Version: membroker.RabbitMQ40})
+//	conn, _ := b.Dial()
+//	ch, _ := conn.Channel()
+//
+// # What it models
+//
+// The default exchange, routing by queue name (and by CC and BCC headers).
+// Classic queues: FIFO; strict priorities with x-max-priority (above the
+// maximum counts as the maximum); requeue to the original position with
+// redelivered set; x-message-ttl and per-message expiration, the lower
+// winning, expired only at the head (of the highest non-empty priority
+// level); x-message-ttl 0 delivering only to a waiting consumer;
+// dead-lettering with x-death, x-first-death-* and x-last-death-*, the
+// expiration removed, cycles dropped unless a rejection is in them, a missing
+// target dropping silently; x-expires leases renewed by declare, passive
+// declare, basic.get and the last consumer leaving, never by publishing;
+// exclusive and auto-delete queues.
+//
+// Quorum queues: durable only, classic-only arguments refused;
+// x-delivery-count and the delivery limit (default 20, negative disables);
+// returned messages served first, in the order returned; two priority tiers
+// served 2:1 (RabbitMQ40) or 32 strict levels (RabbitMQ43); head-only TTL;
+// x-expires not renewed by declaring.
+//
+// Declarations are validated as RabbitMQ 4.0.5 does, with its error codes and
+// texts (406 PRECONDITION_FAILED, 404 NOT_FOUND, 403 ACCESS_REFUSED,
+// 405 RESOURCE_LOCKED), including re-declaration equivalence with integer
+// widths compared as one class. A channel exception closes that channel
+// only; a connection exception (530, 540, 541) closes the connection.
+// Consumers get per-consumer prefetch, round robin, a freed consumer
+// rejoining at the end. Publisher confirms, mandatory returns (312 NO_ROUTE
+// before the ack), unknown delivery tags (406), and basic.cancel when a queue
+// is deleted under a consumer.
+//
+// The two profiles differ where RabbitMQ releases do: RabbitMQ40 (4.0 to
+// 4.2) counts every requeue toward the quorum delivery limit and has two
+// priority tiers; RabbitMQ43 counts reject and channel loss but not nack,
+// adds x-acquired-count, has strict priorities and refuses transient
+// non-exclusive queues (541). RabbitMQ40 is the profile proved against a
+// live RabbitMQ 4.0.5 by the conformance suite; RabbitMQ43 is modelled from
+// the 4.3 source and documentation, not verified.
+//
+// # What it does not model
+//
+// Named exchanges and bindings, streams, policies, x-max-length and
+// overflow, single active consumer, consumer priorities, transactions,
+// basic.recover, publisher nacks (the model never fails to enqueue),
+// consumer timeouts, memory and disk alarms, flow control, clustering and
+// authentication (the user is "guest"). Declaring a queue with an argument
+// whose effect is not modelled (x-max-length, x-overflow,
+// x-single-active-consumer, ...) is refused with 540 NOT_IMPLEMENTED rather
+// than accepted and ignored, so no test silently relies on a behaviour the
+// model lacks. RabbitMQ reaps an expired head within about a millisecond
+// and a quorum queue's x-expires on a 5 s tick; membroker does both exactly
+// at the deadline.
+//
+// # Time and determinism
+//
+// The broker is a state machine behind one mutex, with no goroutines of its
+// own. Every method first brings it up to Config.Clock's current time,
+// processing due expiries in deadline order (ties in insertion order), and
+// arms the clock's AfterFunc for the next deadline, so a consumer receives an
+// expired message's dead letter without anybody calling in. With a
+// *clock.Mock, Add(d) followed by any call observes the state at the new
+// time. The same sequence of calls gives the same results, byte for byte:
+// generated names and tags come from per-broker counters and nothing
+// depends on map order.
+//
+// # Delivery to Go channels
+//
+// membroker never blocks its caller. Deliveries, confirms, returns and
+// notifications go to the Go channels without waiting; what does not fit
+// waits, in order per connection as on amqp091's reader, until the next call
+// or a clock tick of a millisecond. A consumer's delivery channel is
+// buffered to its prefetch limit (up to 2000), so deliveries always fit;
+// consumers without a limit get a buffer of 200 (RabbitMQ's unsent-message
+// limit) and further messages stay ready on the queue until the consumer
+// drains its channel. Size the buffers of NotifyPublish and NotifyReturn
+// listeners for what you have in flight, as amqp091 asks.
+package membroker

@@ -1,0 +1,134 @@
+package membroker
+
+import (
+	"slices"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// QueueInfo describes one queue at one moment, for tests and operators.
+type QueueInfo struct {
+	Name       string
+	Type       string // "classic" or "quorum"
+	Durable    bool
+	AutoDelete bool
+	Exclusive  bool
+	// Arguments as declared, in the types amqp091 decodes them to, with the
+	// x-queue-type RabbitMQ 4 records when the client gave none.
+	Arguments amqp.Table
+	Ready     int      // messages waiting to be delivered
+	Unacked   int      // messages delivered and not yet settled
+	Consumers []string // consumer tags, sorted
+}
+
+// Queues describes every queue, sorted by name.
+func (b *Broker) Queues() []QueueInfo {
+	b.lock()
+	defer b.unlock()
+	names := b.queueNames()
+	out := make([]QueueInfo, len(names))
+	for i, n := range names {
+		out[i] = b.queues[n].info()
+	}
+	return out
+}
+
+// Queue describes one queue; ok is false when it does not exist (never
+// declared, deleted, or expired).
+func (b *Broker) Queue(name string) (info QueueInfo, ok bool) {
+	b.lock()
+	defer b.unlock()
+	q, ok := b.queues[name]
+	if !ok {
+		return QueueInfo{}, false
+	}
+	return q.info(), true
+}
+
+func (q *queue) info() QueueInfo {
+	tags := make([]string, 0, q.nconsumers)
+	for _, c := range q.allConsumers() {
+		tags = append(tags, c.tag)
+	}
+	slices.Sort(tags)
+	return QueueInfo{
+		Name: q.name, Type: q.cfg.kind.String(), Durable: q.durable, AutoDelete: q.autoDelete,
+		Exclusive: q.exclusive, Arguments: copyTable(q.args), Ready: q.ready, Unacked: q.unacked,
+		Consumers: tags,
+	}
+}
+
+// Connections returns the open connections, in the order they were dialled.
+func (b *Broker) Connections() []*Connection {
+	b.lock()
+	defer b.unlock()
+	var out []*Connection
+	for _, c := range b.conns {
+		if !c.closed {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// CloseConnection closes c from the broker's side with err, as a
+// connection.close from RabbitMQ would (err is typically 320
+// CONNECTION_FORCED): every channel and the connection notify their
+// NotifyClose listeners with err, unacknowledged deliveries are requeued
+// (counting as failed deliveries on quorum queues), and exclusive queues go.
+// A nil err is replaced by 320 CONNECTION_FORCED.
+func (b *Broker) CloseConnection(c *Connection, err *amqp.Error) {
+	b.lock()
+	defer b.unlock()
+	if err == nil {
+		err = forced
+	}
+	c.teardown(err)
+}
+
+// CloseChannel closes ch from the broker's side with err, as a channel
+// exception would; the connection stays open. A nil err is replaced by
+// 406 PRECONDITION_FAILED.
+func (b *Broker) CloseChannel(ch *Channel, err *amqp.Error) {
+	b.lock()
+	defer b.unlock()
+	if err == nil {
+		err = preconditionFailed("closed by membroker fault injection")
+	}
+	ch.teardown(err)
+}
+
+var forced = serverError(amqp.ConnectionForced,
+	"CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'")
+
+// Restart models a broker restart: every connection is closed with 320
+// CONNECTION_FORCED, non-durable queues vanish, durable classic queues keep
+// only their persistent messages (delivery mode 2), quorum queues keep all
+// of theirs, and unacknowledged messages are back on their queues first.
+// x-expires periods start again.
+func (b *Broker) Restart() {
+	b.lock()
+	defer b.unlock()
+	for _, c := range slices.Clone(b.conns) {
+		c.teardown(forced)
+	}
+	for _, name := range b.queueNames() {
+		q := b.queues[name]
+		if !q.durable {
+			b.deleteQueue(q)
+			continue
+		}
+		if !q.isQuorum() {
+			kept := q.readyMessages()
+			q.purge()
+			for _, m := range kept {
+				if m.persistent {
+					q.levels[m.level].pushBack(m)
+					q.ready++
+				}
+			}
+		}
+		b.renewLease(q)
+		b.run(q)
+	}
+}

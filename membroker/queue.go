@@ -1,0 +1,317 @@
+package membroker
+
+import (
+	"sort"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// message is one copy of a published message, held by one queue.
+type message struct {
+	id         uint64 // broker-wide enqueue sequence: original position (classic), Raft index (quorum)
+	exchange   string
+	routingKey string
+	cc, bcc    []string // extra routes from the CC and BCC headers
+	pub        amqp.Publishing
+	persistent bool
+	expiry     time.Time
+	hasExpiry  bool
+	level      int // priority level within its queue
+
+	// Classic: set once the message has been requeued.
+	redelivered bool
+	// Quorum: acquired_count and delivery_count of rabbit_fifo's message header.
+	acquired, failed int
+
+	deaths []death // newest first
+	first  *death  // x-first-death-*, set at the first death the broker records
+	last   *death  // x-last-death-*
+}
+
+// fifo is a deque of messages ordered by id, with insertion at an arbitrary
+// position for classic requeues. Pops from the front are O(1).
+type fifo struct {
+	items []*message
+	head  int
+}
+
+func (f *fifo) len() int { return len(f.items) - f.head }
+
+func (f *fifo) front() *message {
+	if f.head == len(f.items) {
+		return nil
+	}
+	return f.items[f.head]
+}
+
+func (f *fifo) pushBack(m *message) { f.items = append(f.items, m) }
+
+func (f *fifo) popFront() *message {
+	m := f.items[f.head]
+	f.items[f.head] = nil
+	f.head++
+	if f.head == len(f.items) {
+		f.items, f.head = f.items[:0], 0
+	} else if f.head > 1024 && f.head*2 > len(f.items) {
+		n := copy(f.items, f.items[f.head:])
+		clear(f.items[n:])
+		f.items, f.head = f.items[:n], 0
+	}
+	return m
+}
+
+// insertByID puts m back where its id says it belongs: a classic requeue
+// returns a message to its original position.
+func (f *fifo) insertByID(m *message) {
+	live := f.items[f.head:]
+	i := sort.Search(len(live), func(i int) bool { return live[i].id > m.id })
+	if i == 0 && f.head > 0 {
+		f.head--
+		f.items[f.head] = m
+		return
+	}
+	pos := f.head + i
+	f.items = append(f.items, nil)
+	copy(f.items[pos+1:], f.items[pos:])
+	f.items[pos] = m
+}
+
+func (f *fifo) drain(fn func(*message)) {
+	for f.len() > 0 {
+		fn(f.popFront())
+	}
+}
+
+// queue is one queue's state.
+type queue struct {
+	name       string
+	durable    bool
+	autoDelete bool
+	exclusive  bool
+	owner      *Connection // exclusive queues only
+	args       amqp.Table  // as declared, wire form, with x-queue-type injected
+	cfg        queueConfig
+	deleted    bool
+
+	// Ready messages. Classic: one fifo per priority level (one level when not
+	// a priority queue). Quorum: returns first, then levels (RabbitMQ40: [0]
+	// normal, [1] high; RabbitMQ43: 32 strict levels).
+	levels  []fifo
+	returns fifo
+	counter int // RabbitMQ40 quorum: rabbit_fifo_q's dequeue counter
+	ready   int
+	unacked int
+
+	consumers   []*consumer // active, in round-robin order
+	blocked     []*consumer // at their prefetch limit, rejoin at the end when freed
+	nconsumers  int
+	exclusiveBy *consumer
+	hadConsumer bool
+
+	ttlArmed   time.Time // deadline of the pending head-expiry event, zero if none
+	leaseGen   uint64    // invalidates x-expires events when the lease is renewed
+	lastActive time.Time
+}
+
+func (q *queue) isQuorum() bool { return q.cfg.kind == quorumKind }
+
+// priorityLevel maps a message priority to the queue's level for it.
+func (q *queue) priorityLevel(p uint8, v Version) int {
+	if q.isQuorum() {
+		if v == RabbitMQ40 {
+			if p > 4 {
+				return 1
+			}
+			return 0
+		}
+		if p == 0 {
+			// amqp091 sends priority 0 as an absent property, and 4.3
+			// files a message without one at level 4.
+			return 4
+		}
+		return min(int(p), 31)
+	}
+	if !q.cfg.hasMaxPriority {
+		return 0
+	}
+	return min(int(p), q.cfg.maxPriority)
+}
+
+func newLevels(cfg queueConfig, v Version) []fifo {
+	switch {
+	case cfg.kind == quorumKind && v == RabbitMQ40:
+		return make([]fifo, 2)
+	case cfg.kind == quorumKind:
+		return make([]fifo, 32)
+	case cfg.hasMaxPriority:
+		return make([]fifo, cfg.maxPriority+1)
+	}
+	return make([]fifo, 1)
+}
+
+// peek returns the message the next take would return, without changing
+// anything.
+func (q *queue) peek(v Version) *message {
+	if q.ready == 0 {
+		return nil
+	}
+	if q.isQuorum() {
+		if m := q.returns.front(); m != nil {
+			return m
+		}
+		if v == RabbitMQ40 {
+			return q.quorum40Pick()
+		}
+	}
+	for l := len(q.levels) - 1; l >= 0; l-- {
+		if m := q.levels[l].front(); m != nil {
+			return m
+		}
+	}
+	return nil
+}
+
+// quorum40Pick implements rabbit_fifo_q:out/1's choice: with both FIFOs
+// non-empty and the counter at 2, the earlier-enqueued head wins; otherwise
+// high before normal.
+func (q *queue) quorum40Pick() *message {
+	hi, no := q.levels[1].front(), q.levels[0].front()
+	if hi != nil && no != nil && q.counter == 2 {
+		if no.id < hi.id {
+			return no
+		}
+		return hi
+	}
+	if hi != nil {
+		return hi
+	}
+	return no
+}
+
+// take removes and returns the next message (see peek). On RabbitMQ40 quorum
+// queues every take from the priority FIFOs advances the counter.
+func (q *queue) take(v Version) *message {
+	m := q.peek(v)
+	if m == nil {
+		return nil
+	}
+	q.ready--
+	if q.isQuorum() && q.returns.front() == m {
+		return q.returns.popFront()
+	}
+	if q.isQuorum() && v == RabbitMQ40 {
+		if q.counter == 2 {
+			q.counter = 0
+		} else {
+			q.counter++
+		}
+	}
+	return q.levels[m.level].popFront()
+}
+
+// headDeadline is when the message that would be checked for expiry next
+// expires.
+func (q *queue) headDeadline(v Version) (time.Time, bool) {
+	if q.isQuorum() {
+		m := q.peek(v)
+		if m == nil || !m.hasExpiry {
+			return time.Time{}, false
+		}
+		return m.expiry, true
+	}
+	for l := len(q.levels) - 1; l >= 0; l-- {
+		if m := q.levels[l].front(); m != nil {
+			return m.expiry, m.hasExpiry
+		}
+	}
+	return time.Time{}, false
+}
+
+// popExpired removes and returns one expired message from the head, or nil.
+// Classic: only the head of the highest non-empty level is examined, moving
+// down a level only once a level is empty (rabbit_priority_queue:dropwhile).
+// Quorum: only the message that would be delivered next (rabbit_fifo
+// expire_msgs), taken the way a delivery would take it.
+func (q *queue) popExpired(now time.Time, v Version) *message {
+	if q.isQuorum() {
+		m := q.peek(v)
+		if m == nil || !m.hasExpiry || now.Before(m.expiry) {
+			return nil
+		}
+		return q.take(v)
+	}
+	for l := len(q.levels) - 1; l >= 0; l-- {
+		m := q.levels[l].front()
+		if m == nil {
+			continue
+		}
+		if !m.hasExpiry || now.Before(m.expiry) {
+			return nil
+		}
+		q.ready--
+		return q.levels[l].popFront()
+	}
+	return nil
+}
+
+// enqueue appends m at the back of its level.
+func (q *queue) enqueue(m *message) {
+	q.levels[m.level].pushBack(m)
+	q.ready++
+}
+
+// requeueClassic puts m back at its original position.
+func (q *queue) requeueClassic(m *message) {
+	m.redelivered = true
+	q.levels[m.level].insertByID(m)
+	q.ready++
+}
+
+// returnQuorum appends m to the returns queue, served before everything else.
+func (q *queue) returnQuorum(m *message) {
+	q.returns.pushBack(m)
+	q.ready++
+}
+
+// purge removes every ready message and reports how many there were.
+func (q *queue) purge() int {
+	n := q.ready
+	for i := range q.levels {
+		q.levels[i] = fifo{}
+	}
+	q.returns = fifo{}
+	q.ready = 0
+	return n
+}
+
+// readyMessages returns the ready messages in delivery order without taking
+// them (for restart and introspection; the quorum 2:1 interleave is not
+// applied).
+func (q *queue) readyMessages() []*message {
+	out := make([]*message, 0, q.ready)
+	out = append(out, q.returns.items[q.returns.head:]...)
+	for l := len(q.levels) - 1; l >= 0; l-- {
+		out = append(out, q.levels[l].items[q.levels[l].head:]...)
+	}
+	return out
+}
+
+// removeConsumer takes c out of the queue's dispatch lists.
+func (q *queue) removeConsumer(c *consumer) {
+	q.consumers = deleteFirst(q.consumers, c)
+	q.blocked = deleteFirst(q.blocked, c)
+	q.nconsumers--
+	if q.exclusiveBy == c {
+		q.exclusiveBy = nil
+	}
+}
+
+func deleteFirst(s []*consumer, c *consumer) []*consumer {
+	for i, x := range s {
+		if x == c {
+			return append(s[:i], s[i+1:]...)
+		}
+	}
+	return s
+}

@@ -1,0 +1,154 @@
+package membroker
+
+import (
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// This file makes values look as they would after a round trip through
+// amqp091-go's frame encoder and decoder, so that a test on membroker sees
+// the same Go types a test on a live broker would: an int header comes back
+// as int32, a time.Time loses its sub-second part, a []byte is copied.
+
+// wireTable returns t as amqp091 would decode it after encoding it.
+// A nil or empty table stays nil, as an absent header table does on the wire.
+func wireTable(t amqp.Table) amqp.Table {
+	if len(t) == 0 {
+		return nil
+	}
+	out := make(amqp.Table, len(t))
+	for k, v := range t {
+		out[k] = wireValue(v)
+	}
+	return out
+}
+
+func wireValue(v any) any {
+	switch x := v.(type) {
+	case int:
+		return int32(x) // amqp091 writes a Go int as a 32-bit 'I'
+	case time.Time:
+		return time.Unix(x.Unix(), 0)
+	case []byte:
+		return append([]byte(nil), x...)
+	case amqp.Table:
+		out := make(amqp.Table, len(x))
+		for k, e := range x {
+			out[k] = wireValue(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = wireValue(e)
+		}
+		return out
+	default:
+		return v
+	}
+}
+
+// copyTable returns a deep copy of a table already in wire form, so that a
+// consumer mutating a delivery's headers cannot reach the stored message.
+func copyTable(t amqp.Table) amqp.Table {
+	if t == nil {
+		return nil
+	}
+	out := make(amqp.Table, len(t)+4)
+	for k, v := range t {
+		out[k] = copyValue(v)
+	}
+	return out
+}
+
+func copyValue(v any) any {
+	switch x := v.(type) {
+	case []byte:
+		return append([]byte(nil), x...)
+	case amqp.Table:
+		return copyTable(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = copyValue(e)
+		}
+		return out
+	default:
+		return v
+	}
+}
+
+// wireTimestamp mirrors the AMQP timestamp property: whole seconds, and the
+// zero time stays absent.
+func wireTimestamp(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return time.Unix(t.Unix(), 0)
+}
+
+// amqpTypeName is the name RabbitMQ prints for the AMQP type a Go value is
+// encoded as by amqp091 (rabbit_binary_parser's type atoms).
+func amqpTypeName(v any) string {
+	switch v.(type) {
+	case bool:
+		return "bool"
+	case int8:
+		return "byte"
+	case uint8:
+		return "unsignedbyte"
+	case int16:
+		return "short"
+	case uint16:
+		return "unsignedshort"
+	case int32, int:
+		return "signedint"
+	case uint32:
+		return "unsignedint"
+	case int64:
+		return "long"
+	case float32:
+		return "float"
+	case float64:
+		return "double"
+	case amqp.Decimal:
+		return "decimal"
+	case string:
+		return "longstr"
+	case time.Time:
+		return "timestamp"
+	case amqp.Table:
+		return "table"
+	case []any:
+		return "array"
+	case []byte:
+		return "binary"
+	case nil:
+		return "void"
+	}
+	return "unknown"
+}
+
+// asInteger reports the value of an AMQP integer of any width.
+func asInteger(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int8:
+		return int64(x), true
+	case uint8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int:
+		return int64(int32(x)), true
+	case uint32:
+		return int64(x), true
+	case int64:
+		return x, true
+	}
+	return 0, false
+}
