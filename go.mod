@@ -6,3 +6,5 @@ require (
 	github.com/benbjohnson/clock v1.3.5
 	github.com/rabbitmq/amqp091-go v1.16.0
 )
+
+require github.com/google/go-cmp v0.7.0 // indirect
