@@ -388,6 +388,10 @@ func checkEquivalent(q *queue, durable, autoDelete bool, args amqp.Table) *amqp.
 		if nok == ook && (!nok || sameArg(nv, ov)) {
 			continue
 		}
+		if nok && ook {
+			// Both present: rabbit_misc:val/1 prints the bare values.
+			return inequivalent(key, q.name, "'"+renderValue(nv)+"'", "'"+renderValue(ov)+"'")
+		}
 		return inequivalent(key, q.name, renderArg(nv, nok), renderArg(ov, ook))
 	}
 	return nil
@@ -398,6 +402,8 @@ func inequivalent(key, name, received, current string) *amqp.Error {
 		key, name, vhost, received, current)
 }
 
+// renderArg renders one side of a comparison where the other side is
+// absent: "none", or "the value '10' of type 'signedint'".
 func renderArg(v any, present bool) string {
 	if !present {
 		return "none"

@@ -68,6 +68,7 @@ type Broker struct {
 	nameSeq  uint64 // server-named queues and consumer tags
 
 	unsentBlocked []*consumer // consumers waiting for room in their delivery channel
+	free          []*message  // acknowledged messages whose memory newMessage may reuse
 	fired         func()      // the timer callback, allocated once
 }
 
@@ -271,12 +272,24 @@ func (b *Broker) run(q *queue) {
 	b.armHeadExpiry(q)
 }
 
-// newMessage builds the stored form of a publishing.
+// newMessage builds the stored form of a publishing, reusing an acknowledged
+// message's memory when one is free.
 func (b *Broker) newMessage(exchange, key string, pub amqp.Publishing) *message {
-	m := &message{exchange: exchange, routingKey: key, pub: pub}
-	m.pub.Headers = wireTable(pub.Headers)
+	var m *message
+	if n := len(b.free); n > 0 {
+		m = b.free[n-1]
+		b.free[n-1] = nil
+		b.free = b.free[:n-1]
+		body, headers := m.pub.Body[:0], m.pub.Headers
+		*m = message{exchange: exchange, routingKey: key, pub: pub}
+		m.pub.Body = append(body, pub.Body...)
+		m.pub.Headers = wireTableInto(headers, pub.Headers)
+	} else {
+		m = &message{exchange: exchange, routingKey: key, pub: pub}
+		m.pub.Body = append([]byte(nil), pub.Body...)
+		m.pub.Headers = wireTable(pub.Headers)
+	}
 	m.pub.Timestamp = wireTimestamp(pub.Timestamp)
-	m.pub.Body = append([]byte(nil), pub.Body...)
 	m.persistent = pub.DeliveryMode == amqp.Persistent
 	if h := m.pub.Headers; h != nil {
 		m.cc = stringList(h["CC"])
@@ -300,6 +313,17 @@ func stringList(v any) []string {
 		return out
 	}
 	return nil
+}
+
+// maxFree bounds the free list of recycled messages.
+const maxFree = 1024
+
+// recycle takes back an acknowledged message. Nothing may refer to it
+// afterwards: deliveries hold copies of its body and headers.
+func (b *Broker) recycle(m *message) {
+	if len(b.free) < maxFree && len(m.deaths) == 0 {
+		b.free = append(b.free, m)
+	}
 }
 
 // route returns the existing queues a message published to the default

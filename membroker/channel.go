@@ -678,7 +678,7 @@ func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
 // of them for tag 0). An unknown or already settled tag closes the channel
 // with 406 PRECONDITION_FAILED, and Ack returns nil, as on the wire.
 func (ch *Channel) Ack(tag uint64, multiple bool) error {
-	return ch.settle(tag, multiple, func(p pendingAck) {})
+	return ch.settle(tag, multiple, settleAck)
 }
 
 // Nack negatively acknowledges like Reject, for one delivery or with
@@ -686,7 +686,10 @@ func (ch *Channel) Ack(tag uint64, multiple bool) error {
 // nack with requeue does not count toward the delivery limit; on
 // RabbitMQ40 it does.
 func (ch *Channel) Nack(tag uint64, multiple, requeue bool) error {
-	return ch.settle(tag, multiple, func(p pendingAck) { ch.b.negative(p, requeue, true) })
+	if requeue {
+		return ch.settle(tag, multiple, settleNackRequeue)
+	}
+	return ch.settle(tag, multiple, settleDiscard)
 }
 
 // Reject negatively acknowledges one delivery: with requeue it returns to
@@ -694,20 +697,23 @@ func (ch *Channel) Nack(tag uint64, multiple, requeue bool) error {
 // queues, counting toward the delivery limit), without it is dead-lettered
 // with reason "rejected" or dropped.
 func (ch *Channel) Reject(tag uint64, requeue bool) error {
-	return ch.settle(tag, false, func(p pendingAck) { ch.b.negative(p, requeue, false) })
-}
-
-func (b *Broker) negative(p pendingAck, requeue, nack bool) {
 	if requeue {
-		b.settleRequeue(p.q, p.m, !nack, true)
-		return
+		return ch.settle(tag, false, settleRejectRequeue)
 	}
-	if !p.q.deleted {
-		b.deadLetter(p.q, p.m, "rejected")
-	}
+	return ch.settle(tag, false, settleDiscard)
 }
 
-func (ch *Channel) settle(tag uint64, multiple bool, each func(pendingAck)) error {
+// settleOp is what a settlement does with each delivery it covers.
+type settleOp int
+
+const (
+	settleAck settleOp = iota
+	settleNackRequeue
+	settleRejectRequeue
+	settleDiscard // nack or reject without requeue: dead-letter "rejected"
+)
+
+func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
 	b := ch.b
 	b.lock()
 	defer b.unlock()
@@ -715,28 +721,35 @@ func (ch *Channel) settle(tag uint64, multiple bool, each func(pendingAck)) erro
 		return amqp.ErrClosed
 	}
 	i := sort.Search(len(ch.unacked), func(i int) bool { return ch.unacked[i].tag >= tag })
-	var done []pendingAck
+	var lo, hi int // settle ch.unacked[lo:hi]
 	switch {
 	case multiple && tag == 0:
-		done = ch.unacked
-		ch.unacked = nil
+		lo, hi = 0, len(ch.unacked)
 	case i == len(ch.unacked) || ch.unacked[i].tag != tag:
 		ch.fail(preconditionFailed("unknown delivery tag %d", tag))
 		return nil
 	case multiple:
-		done = slices.Clone(ch.unacked[:i+1])
-		ch.unacked = slices.Delete(ch.unacked, 0, i+1)
+		lo, hi = 0, i+1
 	default:
-		done = []pendingAck{ch.unacked[i]}
-		ch.unacked = slices.Delete(ch.unacked, i, i+1)
+		lo, hi = i, i+1
 	}
-	var touched []*queue
-	for _, p := range done {
+	var touchedBuf [4]*queue
+	touched := touchedBuf[:0]
+	for _, p := range ch.unacked[lo:hi] {
 		p.q.unacked--
 		if p.c != nil {
 			p.c.unacked--
 		}
-		each(p)
+		switch op {
+		case settleAck:
+			b.recycle(p.m)
+		case settleNackRequeue, settleRejectRequeue:
+			b.settleRequeue(p.q, p.m, op == settleRejectRequeue, true)
+		case settleDiscard:
+			if !p.q.deleted {
+				b.deadLetter(p.q, p.m, "rejected")
+			}
+		}
 		if p.c != nil {
 			b.unblock(p.c)
 		}
@@ -744,6 +757,8 @@ func (ch *Channel) settle(tag uint64, multiple bool, each func(pendingAck)) erro
 			touched = append(touched, p.q)
 		}
 	}
+	clear(ch.unacked[lo:hi])
+	ch.unacked = slices.Delete(ch.unacked, lo, hi)
 	for _, q := range touched {
 		if !q.deleted {
 			b.run(q)

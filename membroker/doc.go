@@ -38,7 +38,10 @@
 // texts (406 PRECONDITION_FAILED, 404 NOT_FOUND, 403 ACCESS_REFUSED,
 // 405 RESOURCE_LOCKED), including re-declaration equivalence with integer
 // widths compared as one class. A channel exception closes that channel
-// only; a connection exception (530, 540, 541) closes the connection.
+// only; RabbitMQ's connection exceptions (530 NOT_ALLOWED, 540
+// NOT_IMPLEMENTED, 541 INTERNAL_ERROR) close the connection. membroker's own
+// refusals of what it does not model are 540 NOT_IMPLEMENTED channel
+// exceptions, so the connection survives them.
 // Consumers get per-consumer prefetch, round robin, a freed consumer
 // rejoining at the end. Publisher confirms, mandatory returns (312 NO_ROUTE
 // before the ack), unknown delivery tags (406), and basic.cancel when a queue

@@ -24,6 +24,21 @@ func wireTable(t amqp.Table) amqp.Table {
 	return out
 }
 
+// wireTableInto is wireTable reusing dst's storage when t has entries.
+func wireTableInto(dst, t amqp.Table) amqp.Table {
+	if len(t) == 0 {
+		return nil
+	}
+	if dst == nil {
+		return wireTable(t)
+	}
+	clear(dst)
+	for k, v := range t {
+		dst[k] = wireValue(v)
+	}
+	return dst
+}
+
 func wireValue(v any) any {
 	switch x := v.(type) {
 	case int:
@@ -55,7 +70,7 @@ func copyTable(t amqp.Table) amqp.Table {
 	if t == nil {
 		return nil
 	}
-	out := make(amqp.Table, len(t)+4)
+	out := make(amqp.Table, len(t))
 	for k, v := range t {
 		out[k] = copyValue(v)
 	}
