@@ -96,10 +96,15 @@ func (b *Broker) Dial() (*Connection, error) {
 	return c, nil
 }
 
-// lock takes the broker's lock and brings the model up to the clock.
+// lock takes the broker's lock, brings the model up to the clock, and
+// resumes consumers whose delivery channel has drained since.
 func (b *Broker) lock() {
 	b.mu.Lock()
 	b.advance(b.clk.Now())
+	if len(b.unsentBlocked) > 0 {
+		b.flush()
+		b.retryUnsent()
+	}
 }
 
 // unlock hands buffered outputs to their channels, arms the clock for the

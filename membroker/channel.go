@@ -451,7 +451,7 @@ func (ch *Channel) Publish(exchange, key string, mandatory, immediate bool, msg 
 			UserId: m.pub.UserId, AppId: m.pub.AppId, Body: m.pub.Body,
 		}
 		for _, l := range ch.returnL {
-			ch.conn.send(outItem{kind: outReturn, ret: l, r: r})
+			ch.conn.send(outItem{kind: outReturn, ret: l, r: &r})
 		}
 	}
 	b.deliverTo(targets, m)
@@ -614,11 +614,25 @@ func (ch *Channel) Get(queue string, autoAck bool) (amqp.Delivery, bool, error) 
 	return d, true, nil
 }
 
-// deliver hands m to consumer c through its connection.
+// deliver hands m to consumer c, the head of q's round robin, through its
+// connection, and moves c to the back of the round robin. A quorum queue
+// parks a consumer as soon as it runs out of credit (rabbit_fifo drops it
+// from the service queue); a classic queue finds out only when it next tries
+// to deliver to it, which is visible in who goes first once acks free them.
 func (b *Broker) deliver(q *queue, c *consumer, m *message) {
 	d := c.ch.handOut(q, c, m, c.autoAck)
 	d.ConsumerTag = c.tag
 	c.ch.conn.send(outItem{kind: outDelivery, cons: c, d: d})
+	if len(q.consumers) == 0 || q.consumers[0] != c {
+		return
+	}
+	q.consumers = q.consumers[1:]
+	if q.isQuorum() && !c.hasCredit() {
+		c.blocked = true
+		q.blocked = append(q.blocked, c)
+		return
+	}
+	q.consumers = append(q.consumers, c)
 }
 
 // handOut records an unacknowledged delivery (unless autoAck) and builds what

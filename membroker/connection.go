@@ -126,7 +126,7 @@ type outItem struct {
 	confirm chan amqp.Confirmation
 	conf    amqp.Confirmation
 	ret     chan amqp.Return
-	r       amqp.Return
+	r       *amqp.Return // rare: kept out of line so deliveries copy less
 	cancel  chan string
 	tag     string
 	errc    chan *amqp.Error
@@ -196,7 +196,7 @@ func trySend(it *outItem) bool {
 		}
 	case outReturn:
 		select {
-		case it.ret <- it.r:
+		case it.ret <- *it.r:
 			return true
 		default:
 			return false

@@ -90,6 +90,8 @@
 // buffered to its prefetch limit (up to 2000), so deliveries always fit;
 // consumers without a limit get a buffer of 200 (RabbitMQ's unsent-message
 // limit) and further messages stay ready on the queue until the consumer
-// drains its channel. Size the buffers of NotifyPublish and NotifyReturn
+// has drained its channel and anything calls into the broker (an ack does),
+// or a clock tick passes: an auto-ack consumer that never calls in resumes
+// on the tick, which a *clock.Mock only gives on Add. Size the buffers of NotifyPublish and NotifyReturn
 // listeners for what you have in flight, as amqp091 asks.
 package membroker
