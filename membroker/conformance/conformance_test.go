@@ -1,0 +1,151 @@
+package conformance_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/queuey/queuey/membroker/conformance"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/live/*.trace from the live broker at AMQP_URL")
+
+// Counts for the report printed after the run.
+var (
+	handAgreed, handDiverged, handAllowed atomic.Int64
+	genAgreed, genDiverged                atomic.Int64
+	brokerVersion                         string
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	url := os.Getenv("AMQP_URL")
+	if url != "" {
+		if c, err := amqp.Dial(url); err == nil {
+			brokerVersion = fmt.Sprintf("%v %v", c.Properties["product"], c.Properties["version"])
+			_ = c.Close()
+		}
+	}
+	code := m.Run()
+	if url == "" {
+		fmt.Println("conformance: AMQP_URL not set; the model was checked against the recorded live traces in testdata/live only")
+	}
+	fmt.Printf("conformance: %d hand-written scenarios agreed, %d diverged (%d allow-listed); %d generated sequences agreed, %d diverged; broker: %s\n",
+		handAgreed.Load(), handDiverged.Load(), handAllowed.Load(), genAgreed.Load(), genDiverged.Load(), or(brokerVersion, "none"))
+	os.Exit(code)
+}
+
+// uniquePrefix keeps runs on a shared live broker apart.
+func uniquePrefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "cf-" + hex.EncodeToString(b[:]) + "-"
+}
+
+// allowList reads testdata/allowlist.txt: "name: justification" lines for
+// divergences the project accepts. It should be empty.
+func allowList(t *testing.T) map[string]string {
+	data, err := os.ReadFile(filepath.Join("testdata", "allowlist.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, why, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(why) == "" {
+			t.Fatalf("allowlist line without a justification: %q", line)
+		}
+		out[strings.TrimSpace(name)] = strings.TrimSpace(why)
+	}
+	return out
+}
+
+func runOn(target conformance.Target, prefix string, fn func(*conformance.Run)) ([]string, error) {
+	return conformance.NewRun(target, prefix).Execute(fn)
+}
+
+// TestHandWritten runs every hand-written scenario on the model and, when
+// AMQP_URL is set, on the live broker, and requires equal traces. The model
+// trace is also compared with the live trace recorded in testdata/live, so
+// the comparison with real RabbitMQ behaviour holds without a broker too.
+func TestHandWritten(t *testing.T) {
+	url := os.Getenv("AMQP_URL")
+	if url == "" {
+		t.Log("AMQP_URL not set: skipping the live half; comparing the model with recorded live traces")
+	}
+	allowed := allowList(t)
+	for _, sc := range conformance.All() {
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel()
+			model, err := runOn(conformance.NewModel(), "cf-model-", sc.Run)
+			if err != nil {
+				t.Fatalf("model: %v", err)
+			}
+			golden := filepath.Join("testdata", "live", sc.Name+".trace")
+			want, reference := readTrace(t, golden), "recorded live trace "+golden
+			if url != "" {
+				live, err := runOn(conformance.Live{URL: url}, uniquePrefix(), sc.Run)
+				if err != nil {
+					t.Fatalf("live: %v", err)
+				}
+				if *update {
+					writeTrace(t, golden, live)
+				}
+				want, reference = live, "live broker"
+			}
+			if want == nil {
+				t.Fatalf("no live trace for %s: run with AMQP_URL set and -update", sc.Name)
+			}
+			if diff := cmp.Diff(want, model); diff != "" {
+				if why, ok := allowed[sc.Name]; ok {
+					handAllowed.Add(1)
+					t.Logf("allow-listed divergence (%s):\n%s", why, diff)
+					return
+				}
+				handDiverged.Add(1)
+				t.Errorf("scenario %s (%s): model differs from %s (-live +model):\n%s", sc.Name, sc.Cite, reference, diff)
+				return
+			}
+			handAgreed.Add(1)
+		})
+	}
+}
+
+func readTrace(t *testing.T, path string) []string {
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+}
+
+func writeTrace(t *testing.T, path string, trace []string) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(trace, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func or(s, fallback string) string {
+	if s == "" {
+		return fallback
+	}
+	return s
+}

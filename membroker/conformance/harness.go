@@ -1,0 +1,631 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/membroker"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Channel is the part of *amqp091.Channel that membroker mirrors.
+type Channel interface {
+	QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error)
+	QueueDeclarePassive(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error)
+	QueueDelete(name string, ifUnused, ifEmpty, noWait bool) (int, error)
+	QueuePurge(name string, noWait bool) (int, error)
+	Qos(prefetchCount, prefetchSize int, global bool) error
+	Confirm(noWait bool) error
+	NotifyPublish(confirm chan amqp.Confirmation) chan amqp.Confirmation
+	NotifyReturn(c chan amqp.Return) chan amqp.Return
+	NotifyClose(c chan *amqp.Error) chan *amqp.Error
+	NotifyCancel(c chan string) chan string
+	GetNextPublishSeqNo() uint64
+	Publish(exchange, key string, mandatory, immediate bool, msg amqp.Publishing) error
+	PublishWithContext(ctx context.Context, exchange, key string, mandatory, immediate bool, msg amqp.Publishing) error
+	Consume(queue, consumer string, autoAck, exclusive, noLocal, noWait bool, args amqp.Table) (<-chan amqp.Delivery, error)
+	Get(queue string, autoAck bool) (msg amqp.Delivery, ok bool, err error)
+	Cancel(consumer string, noWait bool) error
+	Ack(tag uint64, multiple bool) error
+	Nack(tag uint64, multiple, requeue bool) error
+	Reject(tag uint64, requeue bool) error
+	Close() error
+	IsClosed() bool
+}
+
+// Conn is a connection on a Target.
+type Conn interface {
+	Channel() (Channel, error)
+	Close() error
+}
+
+// Target is a broker a scenario runs on.
+type Target interface {
+	// Name is "live" or "model".
+	Name() string
+	// Dial opens a connection.
+	Dial() (Conn, error)
+	// Wait lets d pass: real time on a live broker, virtual time on the model.
+	Wait(d time.Duration)
+	// Quiet is how long to watch for something that should not happen
+	// (a delivery that must not arrive): real time on a live broker,
+	// nothing on the model, where everything due has happened by the time
+	// a call returns.
+	Quiet() time.Duration
+	// Patience bounds the wait for something that should happen.
+	Patience() time.Duration
+	// Poke makes the target process what is due (the model needs a call
+	// after its clock moved; a live broker does it by itself).
+	Poke()
+	// Cleanup deletes the named queues (a live broker keeps state between
+	// runs; the model is discarded).
+	Cleanup(queues []string)
+}
+
+// Live is a RabbitMQ broker at an AMQP URL.
+type Live struct{ URL string }
+
+// Name implements Target.
+func (Live) Name() string { return "live" }
+
+// Dial implements Target.
+func (l Live) Dial() (Conn, error) {
+	c, err := amqp.Dial(l.URL)
+	if err != nil {
+		return nil, err
+	}
+	return liveConn{c}, nil
+}
+
+type liveConn struct{ c *amqp.Connection }
+
+func (c liveConn) Channel() (Channel, error) { return c.c.Channel() }
+func (c liveConn) Close() error              { return c.c.Close() }
+
+// Wait implements Target.
+func (Live) Wait(d time.Duration) { time.Sleep(d) }
+
+// Quiet implements Target.
+func (Live) Quiet() time.Duration { return 150 * time.Millisecond }
+
+// Patience implements Target.
+func (Live) Patience() time.Duration { return 10 * time.Second }
+
+// Poke implements Target.
+func (Live) Poke() {}
+
+// Cleanup implements Target.
+func (l Live) Cleanup(queues []string) {
+	c, err := amqp.Dial(l.URL)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	for _, q := range queues {
+		ch, err := c.Channel()
+		if err != nil {
+			return
+		}
+		_, _ = ch.QueueDelete(q, false, false, false)
+		_ = ch.Close()
+	}
+}
+
+// Model is membroker with the given profile on a mock clock.
+type Model struct {
+	B   *membroker.Broker
+	Clk *clock.Mock
+}
+
+// NewModel returns a fresh RabbitMQ40 model on a mock clock.
+func NewModel() *Model {
+	clk := clock.NewMock()
+	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	return &Model{B: membroker.New(membroker.Config{Clock: clk, Version: membroker.RabbitMQ40}), Clk: clk}
+}
+
+// Name implements Target.
+func (*Model) Name() string { return "model" }
+
+// Dial implements Target.
+func (m *Model) Dial() (Conn, error) {
+	c, err := m.B.Dial()
+	if err != nil {
+		return nil, err
+	}
+	return modelConn{c}, nil
+}
+
+type modelConn struct{ c *membroker.Connection }
+
+func (c modelConn) Channel() (Channel, error) { return c.c.Channel() }
+func (c modelConn) Close() error              { return c.c.Close() }
+
+// Wait implements Target.
+func (m *Model) Wait(d time.Duration) { m.Clk.Add(d); m.Poke() }
+
+// Quiet implements Target.
+func (*Model) Quiet() time.Duration { return 0 }
+
+// Patience implements Target.
+func (*Model) Patience() time.Duration { return 2 * time.Second }
+
+// Poke implements Target.
+func (m *Model) Poke() { m.B.Queues() }
+
+// Cleanup implements Target.
+func (*Model) Cleanup([]string) {}
+
+// Run is one execution of a scenario on one target. Its methods perform an
+// operation and record what a client observes; they never stop the
+// scenario on a broker error, which is an observation like any other.
+type Run struct {
+	target Target
+	prefix string
+	mu     sync.Mutex
+	lines  []string
+	queues []string
+	conns  []Conn
+	chans  map[Channel]*chanState
+	fatal  error
+	expect *[]int // receive counts from a previous run, for ReceiveAll
+}
+
+type chanState struct {
+	id       int
+	closes   chan *amqp.Error
+	confirms chan amqp.Confirmation
+	returns  chan amqp.Return
+	cancels  chan string
+	prefetch int
+}
+
+// errAbort stops a scenario that cannot go on (the target is unreachable).
+var errAbort = errors.New("conformance: scenario aborted")
+
+// NewRun prepares a run on target. prefix makes queue names unique on a
+// shared live broker; it is removed from the trace.
+func NewRun(target Target, prefix string) *Run {
+	return &Run{target: target, prefix: prefix, chans: map[Channel]*chanState{}}
+}
+
+// Target is the broker this run is on.
+func (r *Run) Target() Target { return r.target }
+
+// Trace returns the observations so far.
+func (r *Run) Trace() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.lines)
+}
+
+// Err reports why the run was aborted, if it was.
+func (r *Run) Err() error { return r.fatal }
+
+// Q returns the run's name for queue name and remembers it for cleanup.
+func (r *Run) Q(name string) string {
+	full := r.prefix + name
+	if !slices.Contains(r.queues, full) {
+		r.queues = append(r.queues, full)
+	}
+	return full
+}
+
+// Logf records one observation.
+func (r *Run) Logf(format string, a ...any) {
+	line := fmt.Sprintf(format, a...)
+	line = strings.ReplaceAll(line, r.prefix, "")
+	line = serverNames.ReplaceAllString(line, "amq.gen-*")
+	r.mu.Lock()
+	r.lines = append(r.lines, line)
+	r.mu.Unlock()
+}
+
+var serverNames = regexp.MustCompile(`amq\.gen-[A-Za-z0-9_-]{22}`)
+
+// abort records a failure that makes the rest of the scenario meaningless.
+func (r *Run) abort(err error) {
+	if r.fatal == nil {
+		r.fatal = err
+	}
+	panic(errAbort)
+}
+
+// Execute runs fn and then deletes the run's queues and closes its
+// connections. It returns the trace and an error if the run was aborted.
+func (r *Run) Execute(fn func(*Run)) (trace []string, err error) {
+	defer func() {
+		if p := recover(); p != nil && p != errAbort {
+			panic(p)
+		}
+		for _, c := range r.conns {
+			_ = c.Close()
+		}
+		r.target.Cleanup(r.queues)
+		trace, err = r.Trace(), r.fatal
+	}()
+	fn(r)
+	return
+}
+
+// Dial opens a connection; failing to is fatal.
+func (r *Run) Dial() Conn {
+	c, err := r.target.Dial()
+	if err != nil {
+		r.abort(fmt.Errorf("dial %s: %w", r.target.Name(), err))
+	}
+	r.conns = append(r.conns, c)
+	return c
+}
+
+// Channel opens a channel in confirm mode with listeners for closes,
+// confirms, returns and cancels. Failing to open one is recorded.
+func (r *Run) Channel(c Conn) Channel {
+	ch, err := c.Channel()
+	if err != nil {
+		r.Logf("channel: %s", describeErr(err))
+		return nil
+	}
+	st := &chanState{
+		id:       len(r.chans) + 1,
+		closes:   ch.NotifyClose(make(chan *amqp.Error, 1)),
+		confirms: ch.NotifyPublish(make(chan amqp.Confirmation, 4096)),
+		returns:  ch.NotifyReturn(make(chan amqp.Return, 256)),
+		cancels:  ch.NotifyCancel(make(chan string, 64)),
+	}
+	if err := ch.Confirm(false); err != nil {
+		r.abort(fmt.Errorf("confirm: %w", err))
+	}
+	r.chans[ch] = st
+	return ch
+}
+
+func (r *Run) state(ch Channel) *chanState {
+	st, ok := r.chans[ch]
+	if !ok {
+		r.abort(errors.New("channel not opened through Run.Channel"))
+	}
+	return st
+}
+
+// describeErr renders an error as a client sees it: an *amqp.Error by code
+// and reason, anything else by its text.
+func describeErr(err error) string {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		if ae == amqp.ErrClosed {
+			return "error closed"
+		}
+		return fmt.Sprintf("error %d %s", ae.Code, ae.Reason)
+	}
+	return "error " + err.Error()
+}
+
+// Declare declares a queue and records the reply or the error.
+func (r *Run) Declare(ch Channel, name string, durable, autoDelete, exclusive bool, args amqp.Table) bool {
+	q, err := ch.QueueDeclare(name, durable, autoDelete, exclusive, false, args)
+	if err != nil {
+		r.Logf("declare %s: %s", name, describeErr(err))
+		return false
+	}
+	r.Logf("declare %s: ok name=%s messages=%d consumers=%d", name, q.Name, q.Messages, q.Consumers)
+	return true
+}
+
+// Passive records a passive declare: the ready count, or the error.
+func (r *Run) Passive(ch Channel, name string) {
+	q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
+	if err != nil {
+		r.Logf("passive %s: %s", name, describeErr(err))
+		return
+	}
+	r.Logf("passive %s: messages=%d consumers=%d", name, q.Messages, q.Consumers)
+}
+
+// Delete records a queue.delete.
+func (r *Run) Delete(ch Channel, name string, ifUnused, ifEmpty bool) {
+	n, err := ch.QueueDelete(name, ifUnused, ifEmpty, false)
+	if err != nil {
+		r.Logf("delete %s: %s", name, describeErr(err))
+		return
+	}
+	r.Logf("delete %s: messages=%d", name, n)
+}
+
+// Purge records a queue.purge.
+func (r *Run) Purge(ch Channel, name string) {
+	n, err := ch.QueuePurge(name, false)
+	if err != nil {
+		r.Logf("purge %s: %s", name, describeErr(err))
+		return
+	}
+	r.Logf("purge %s: messages=%d", name, n)
+}
+
+// Qos sets the channel's prefetch and records an error.
+func (r *Run) Qos(ch Channel, prefetch int) {
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		r.Logf("qos %d: %s", prefetch, describeErr(err))
+		return
+	}
+	r.state(ch).prefetch = prefetch
+}
+
+// barrier makes sure the broker has processed everything sent on ch
+// (publishes are confirmed; acks and rejects have reached their queues):
+// a synchronous basic.qos that changes nothing.
+func (r *Run) barrier(ch Channel) {
+	st := r.state(ch)
+	_ = ch.Qos(st.prefetch, 0, false)
+}
+
+// Publish publishes body to the default exchange with routing key queue,
+// waits for its confirm and records the confirm and any return. A
+// publish the broker refuses shows as the channel closing.
+func (r *Run) Publish(ch Channel, queue, body string, p amqp.Publishing) {
+	r.publish(ch, queue, body, p, false)
+}
+
+// PublishMandatory is Publish with the mandatory flag.
+func (r *Run) PublishMandatory(ch Channel, queue, body string, p amqp.Publishing) {
+	r.publish(ch, queue, body, p, true)
+}
+
+func (r *Run) publish(ch Channel, queue, body string, p amqp.Publishing, mandatory bool) {
+	st := r.state(ch)
+	p.Body = []byte(body)
+	if err := ch.Publish("", queue, mandatory, false, p); err != nil {
+		r.Logf("publish %s %q: %s", queue, body, describeErr(err))
+		return
+	}
+	r.awaitConfirm(ch, st, body)
+}
+
+// PublishTo publishes to a named exchange (which membroker does not have):
+// the refusal shows as the channel closing.
+func (r *Run) PublishTo(ch Channel, exchange, key, body string, p amqp.Publishing) {
+	st := r.state(ch)
+	p.Body = []byte(body)
+	if err := ch.Publish(exchange, key, false, false, p); err != nil {
+		r.Logf("publish %s/%s %q: %s", exchange, key, body, describeErr(err))
+		return
+	}
+	r.awaitConfirm(ch, st, body)
+}
+
+func (r *Run) awaitConfirm(ch Channel, st *chanState, body string) {
+	timeout := time.After(r.target.Patience())
+	for {
+		select {
+		case ret := <-st.returns:
+			r.Logf("return %d %s rk=%s body=%q", ret.ReplyCode, ret.ReplyText, ret.RoutingKey, ret.Body)
+		case c, ok := <-st.confirms:
+			if !ok {
+				r.Closed(ch)
+				return
+			}
+			r.Logf("confirm %q tag=%d ack=%t", body, c.DeliveryTag, c.Ack)
+			return
+		case <-timeout:
+			r.Logf("confirm %q: none within %s", body, r.target.Patience())
+			return
+		}
+	}
+}
+
+// Closed waits for ch's close notification and records it.
+func (r *Run) Closed(ch Channel) {
+	st := r.state(ch)
+	select {
+	case e, ok := <-st.closes:
+		if !ok {
+			r.Logf("channel %d: closed", st.id)
+			return
+		}
+		r.Logf("channel %d: closed %d %s", st.id, e.Code, e.Reason)
+	case <-time.After(r.target.Patience()):
+		r.Logf("channel %d: still open", st.id)
+	}
+}
+
+// Get records a basic.get: the delivery, "empty", or the error.
+func (r *Run) Get(ch Channel, queue string, autoAck bool) (amqp.Delivery, bool) {
+	d, ok, err := ch.Get(queue, autoAck)
+	switch {
+	case err != nil:
+		r.Logf("get %s: %s", queue, describeErr(err))
+	case !ok:
+		r.Logf("get %s: empty", queue)
+	default:
+		r.Logf("get %s: %s", queue, Describe(d))
+	}
+	return d, ok && err == nil
+}
+
+// Ack acknowledges d and waits until the broker has processed it.
+func (r *Run) Ack(ch Channel, tag uint64, multiple bool) {
+	if err := ch.Ack(tag, multiple); err != nil {
+		r.Logf("ack %d: %s", tag, describeErr(err))
+	}
+	r.barrier(ch)
+}
+
+// Nack negatively acknowledges and waits until the broker has processed it.
+func (r *Run) Nack(ch Channel, tag uint64, multiple, requeue bool) {
+	if err := ch.Nack(tag, multiple, requeue); err != nil {
+		r.Logf("nack %d: %s", tag, describeErr(err))
+	}
+	r.barrier(ch)
+}
+
+// Reject rejects and waits until the broker has processed it.
+func (r *Run) Reject(ch Channel, tag uint64, requeue bool) {
+	if err := ch.Reject(tag, requeue); err != nil {
+		r.Logf("reject %d: %s", tag, describeErr(err))
+	}
+	r.barrier(ch)
+}
+
+// Consume starts a consumer with an explicit tag (tags are compared).
+func (r *Run) Consume(ch Channel, queue, tag string, autoAck, exclusive bool) <-chan amqp.Delivery {
+	c, err := ch.Consume(queue, tag, autoAck, exclusive, false, false, nil)
+	if err != nil {
+		r.Logf("consume %s %s: %s", queue, tag, describeErr(err))
+		return nil
+	}
+	r.Logf("consume %s %s: ok", queue, tag)
+	return c
+}
+
+// Cancel cancels a consumer and records an error.
+func (r *Run) Cancel(ch Channel, tag string) {
+	if err := ch.Cancel(tag, false); err != nil {
+		r.Logf("cancel %s: %s", tag, describeErr(err))
+	}
+}
+
+// Receive waits for n deliveries on c and records them, then records any
+// surplus that arrives within the target's quiet period.
+func (r *Run) Receive(c <-chan amqp.Delivery, n int) []amqp.Delivery {
+	r.target.Poke()
+	var out []amqp.Delivery
+	timeout := time.After(r.target.Patience())
+	for len(out) < n {
+		select {
+		case d, ok := <-c:
+			if !ok {
+				r.Logf("deliveries closed after %d of %d", len(out), n)
+				return out
+			}
+			r.Logf("deliver %s", Describe(d))
+			out = append(out, d)
+		case <-timeout:
+			r.Logf("deliveries: %d of %d within %s", len(out), n, r.target.Patience())
+			return out
+		}
+	}
+	return append(out, r.Surplus(c)...)
+}
+
+// Surplus records deliveries that arrive on c within the quiet period.
+func (r *Run) Surplus(c <-chan amqp.Delivery) []amqp.Delivery {
+	r.target.Poke()
+	var out []amqp.Delivery
+	quiet := time.After(r.target.Quiet())
+	for {
+		select {
+		case d, ok := <-c:
+			if !ok {
+				r.Logf("deliveries closed")
+				return out
+			}
+			r.Logf("deliver (unexpected) %s", Describe(d))
+			out = append(out, d)
+		case <-quiet:
+			return out
+		}
+	}
+}
+
+// Cancels records consumer cancellations the broker sent on ch.
+func (r *Run) Cancels(ch Channel, n int) {
+	st := r.state(ch)
+	timeout := time.After(r.target.Patience())
+	for range n {
+		select {
+		case tag := <-st.cancels:
+			r.Logf("cancelled by broker: %s", tag)
+		case <-timeout:
+			r.Logf("no broker cancel within %s", r.target.Patience())
+			return
+		}
+	}
+}
+
+// Wait lets d pass on the target.
+func (r *Run) Wait(d time.Duration) {
+	r.target.Wait(d)
+	r.Logf("wait %s", d)
+}
+
+// Describe renders a delivery as a trace line: body, delivery fields, the
+// properties that are set, and the headers with their Go types.
+func Describe(d amqp.Delivery) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%q tag=%d redelivered=%t exchange=%q rk=%q", d.Body, d.DeliveryTag, d.Redelivered, d.Exchange, d.RoutingKey)
+	if d.ConsumerTag != "" {
+		fmt.Fprintf(&b, " ctag=%s", d.ConsumerTag)
+	} else {
+		fmt.Fprintf(&b, " remaining=%d", d.MessageCount)
+	}
+	props := []struct {
+		k string
+		v any
+		z bool
+	}{
+		{"content-type", d.ContentType, d.ContentType == ""},
+		{"content-encoding", d.ContentEncoding, d.ContentEncoding == ""},
+		{"delivery-mode", d.DeliveryMode, d.DeliveryMode == 0},
+		{"priority", d.Priority, d.Priority == 0},
+		{"correlation-id", d.CorrelationId, d.CorrelationId == ""},
+		{"reply-to", d.ReplyTo, d.ReplyTo == ""},
+		{"expiration", d.Expiration, d.Expiration == ""},
+		{"message-id", d.MessageId, d.MessageId == ""},
+		{"timestamp", d.Timestamp.Unix(), d.Timestamp.IsZero()},
+		{"type", d.Type, d.Type == ""},
+		{"user-id", d.UserId, d.UserId == ""},
+		{"app-id", d.AppId, d.AppId == ""},
+	}
+	for _, p := range props {
+		if !p.z {
+			fmt.Fprintf(&b, " %s=%v", p.k, p.v)
+		}
+	}
+	if d.Headers != nil {
+		fmt.Fprintf(&b, " headers=%s", describeValue(d.Headers))
+	}
+	return b.String()
+}
+
+// describeValue renders a header value with its Go type, tables sorted by
+// key, and times (x-death's) as "time": they differ between a live run and
+// the model's virtual clock.
+func describeValue(v any) string {
+	switch x := v.(type) {
+	case amqp.Table:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + ":" + describeValue(x[k])
+		}
+		return "{" + strings.Join(parts, " ") + "}"
+	case []any:
+		parts := make([]string, len(x))
+		for i, e := range x {
+			parts[i] = describeValue(e)
+		}
+		return "[" + strings.Join(parts, " ") + "]"
+	case time.Time:
+		return "time"
+	case string:
+		return fmt.Sprintf("%q", x)
+	case []byte:
+		return fmt.Sprintf("bytes(%q)", x)
+	case nil:
+		return "nil"
+	default:
+		return fmt.Sprintf("%T(%v)", x, x)
+	}
+}
