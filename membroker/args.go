@@ -2,9 +2,14 @@ package membroker
 
 import (
 	"fmt"
+	"math"
+	"math/big"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -103,9 +108,12 @@ var (
 		"x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
 		"x-queue-leader-locator",
 	}
+	// rabbit_stream_queue:capabilities; x-stream-filter-size-bytes is in
+	// no type's list, so classic and quorum queues ignore it (observed on
+	// 4.0.5: a classic queue declared with it is created).
 	streamArgs = []string{
 		"x-max-length-bytes", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes",
-		"x-initial-cluster-size", "x-queue-leader-locator", "x-stream-filter-size-bytes",
+		"x-initial-cluster-size", "x-queue-leader-locator",
 	}
 )
 
@@ -273,6 +281,35 @@ func checkOneOf(reason string, allowed ...string) argCheck {
 	}
 }
 
+// Consumer arguments the queue types know (rabbit_*_queue:capabilities
+// consumer_arguments): x-priority for classic and quorum queues, the rest
+// for streams.
+var streamConsumeArgs = []string{"x-stream-offset", "x-stream-filter", "x-stream-match-unfiltered"}
+
+// checkConsumeArgs validates basic.consume's arguments as
+// rabbit_amqqueue:check_consume_arguments does, after the queue's 404 and
+// 405 checks: x-priority must be an integer, and a stream's consumer
+// argument on another queue type is refused; unknown keys are ignored. A
+// valid x-priority is then refused with NOT_IMPLEMENTED: membroker does not
+// model consumer priorities (observed on 4.0.5: the texts below).
+func checkConsumeArgs(q *queue, args amqp.Table) *amqp.Error {
+	if v, ok := args["x-priority"]; ok {
+		if _, reason := integerOrReason(v); reason != "" {
+			return invalidArg("x-priority", q.name, reason)
+		}
+	}
+	for _, key := range sortedKeys(args) {
+		if slices.Contains(streamConsumeArgs, key) {
+			return preconditionFailed("invalid arg '%s' for queue '%s' in vhost '%s' of queue type %s",
+				key, q.name, vhost, q.cfg.kind.module())
+		}
+	}
+	if _, ok := args["x-priority"]; ok {
+		return notImplemented("membroker does not model 'x-priority'")
+	}
+	return nil
+}
+
 // kindOf returns the queue type the (wire-form) arguments ask for.
 func kindOf(args amqp.Table) queueKind {
 	if s, _ := args["x-queue-type"].(string); s == "quorum" {
@@ -415,7 +452,61 @@ func renderValue(v any) string {
 	if n, ok := asInteger(v); ok {
 		return strconv.FormatInt(n, 10)
 	}
+	// rabbit_misc:val prints a non-binary value with ~tp.
+	switch x := v.(type) {
+	case float32:
+		return erlangFloat(float64(x)) // the broker widens a float to a double
+	case float64:
+		return erlangFloat(x)
+	case time.Time:
+		return strconv.FormatInt(x.Unix(), 10) // a timestamp is its seconds
+	case amqp.Decimal:
+		return fmt.Sprintf("{%d,%d}", x.Scale, uint32(x.Value)) // rabbit_binary_parser reads it unsigned
+	case nil:
+		return "undefined" // void
+	case []byte:
+		return string(x)
+	}
 	return fmt.Sprint(v)
+}
+
+// erlangFloat prints a float as Erlang's ~p does (float_to_list short): the
+// shortest digits that read back to it, in decimal or scientific notation,
+// whichever is shorter, decimal on a tie: 10.0, 100.0, 1.0e3, 0.0001, 1.0e-5
+// (observed on 4.0.5: a double 10 re-declared over an integer 10 is
+// "received '10.0' but current is '10'").
+func erlangFloat(f float64) string {
+	if f == 0 {
+		if math.Signbit(f) {
+			return "-0.0"
+		}
+		return "0.0"
+	}
+	sign := ""
+	if f < 0 {
+		sign, f = "-", -f
+	}
+	mant, e, _ := strings.Cut(strconv.FormatFloat(f, 'e', -1, 64), "e")
+	exp, _ := strconv.Atoi(e)
+	digits := strings.Replace(mant, ".", "", 1)
+	rest := digits[1:]
+	if rest == "" {
+		rest = "0"
+	}
+	sci := digits[:1] + "." + rest + "e" + strconv.Itoa(exp)
+	var dec string
+	switch {
+	case exp < 0:
+		dec = "0." + strings.Repeat("0", -exp-1) + digits
+	case len(digits) <= exp+1:
+		dec = digits + strings.Repeat("0", exp+1-len(digits)) + ".0"
+	default:
+		dec = digits[:exp+1] + "." + digits[exp+1:]
+	}
+	if len(sci) < len(dec) {
+		return sign + sci
+	}
+	return sign + dec
 }
 
 // sameArg compares two argument values as rabbit_misc does: integers of any
@@ -451,15 +542,72 @@ func parseExpiration(s string) (ms int64, reason string) {
 	if j == i {
 		return 0, "no_integer"
 	}
+	if j < len(s) {
+		return 0, "{leftover_string," + erlangByteString(s[j:]) + "}"
+	}
 	n, err := strconv.ParseInt(s[:j], 10, 64)
 	if err != nil {
-		return 0, fmt.Sprintf("{value_too_large,%s}", s[:j])
-	}
-	if j < len(s) {
-		return 0, fmt.Sprintf("{leftover_string,%q}", s[j:])
+		// Erlang integers are unbounded: print the value, without a plus
+		// sign or leading zeros.
+		v, _ := new(big.Int).SetString(strings.TrimPrefix(s[:j], "+"), 10)
+		if v.Sign() < 0 {
+			return 0, fmt.Sprintf("{value_negative,%s}", v)
+		}
+		return 0, fmt.Sprintf("{value_too_large,%s}", v)
 	}
 	if r := checkExpiry(n); r != "" {
 		return 0, r
 	}
 	return n, ""
+}
+
+// erlangByteString prints a byte list as ~tp does with the default latin1
+// printable range: a quoted string with Erlang's escapes when every byte is
+// printable (Latin-1 graphic characters, each sent as its code point, and
+// \b \t \n \v \f \r \e), a list of integers otherwise.
+func erlangByteString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 32 && c <= 126:
+			b.WriteByte(c)
+		case c >= 160:
+			b.WriteRune(rune(c))
+		case c >= 8 && c <= 13:
+			b.WriteByte('\\')
+			b.WriteByte("btnvfr"[c-8])
+		case c == 27:
+			b.WriteString(`\e`)
+		default:
+			parts := make([]string, len(s))
+			for k := 0; k < len(s); k++ {
+				parts[k] = strconv.Itoa(int(s[k]))
+			}
+			return "[" + strings.Join(parts, ",") + "]"
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// invalidExpiration is the 406 for an expiration property that does not
+// parse. rabbit_channel prints the reason with ~tp, which lays a term out
+// for 80 columns: a reason that does not fit after the text before it
+// breaks after the tag, its value indented to the column of the brace
+// (observed on 4.0.5 for expiration '99999999999999999999'). A list of
+// integers (non-printable bytes) that does not fit would be filled over
+// several lines; membroker prints it on one.
+func invalidExpiration(raw, reason string) *amqp.Error {
+	prefix := fmt.Sprintf("invalid expiration '%s': ", raw)
+	col := utf8.RuneCountInString(prefix) + 1 // 1-based column of the term
+	if strings.HasPrefix(reason, "{") && utf8.RuneCountInString(reason) >= 80-col {
+		tag, value, _ := strings.Cut(reason[1:len(reason)-1], ",")
+		reason = "{" + tag + ",\n" + strings.Repeat(" ", col) + value + "}"
+	}
+	return preconditionFailed("%s%s", prefix, reason)
 }

@@ -69,7 +69,8 @@ type Broker struct {
 
 	unsentBlocked []*consumer // consumers waiting for room in their delivery channel
 	free          []*message  // acknowledged messages whose memory newMessage may reuse
-	fired         func()      // the timer callback, allocated once
+	deadLetters   []deadLetterInFlight
+	fired         func() // the timer callback, allocated once
 }
 
 // New returns a broker with no queues and no connections.
@@ -110,6 +111,7 @@ func (b *Broker) lock() {
 // unlock hands buffered outputs to their channels, arms the clock for the
 // next deadline and releases the lock.
 func (b *Broker) unlock() {
+	b.landDeadLetters()
 	b.flush()
 	b.arm()
 	b.mu.Unlock()
@@ -167,15 +169,25 @@ func (b *Broker) advance(now time.Time) {
 		}
 		switch ev.kind {
 		case evHeadExpiry:
+			if !q.isQuorum() {
+				// A classic queue's one TTL timer ({drop_expired,Vsn}); an
+				// event it was re-armed away from never fires.
+				if q.ttlArmed.Equal(ev.at) {
+					q.ttlArmed = time.Time{}
+					b.dropExpired(q)
+				}
+				break
+			}
 			if q.ttlArmed.Equal(ev.at) {
 				q.ttlArmed = time.Time{}
 			}
 			b.run(q)
 		case evQueueExpiry:
-			if ev.gen == q.leaseGen && q.nconsumers == 0 {
+			if ev.gen == q.leaseGen && q.consumerCount() == 0 {
 				b.deleteQueue(q)
 			}
 		}
+		b.landDeadLetters() // before anything due later
 	}
 	if now.After(b.now) {
 		b.now = now
@@ -258,14 +270,20 @@ func (b *Broker) armHeadExpiry(q *queue) {
 func (b *Broker) renewLease(q *queue) {
 	q.lastActive = b.now
 	q.leaseGen++
-	if q.cfg.hasExpires && q.nconsumers == 0 {
+	if q.cfg.hasExpires && q.consumerCount() == 0 {
 		b.schedule(b.now.Add(time.Duration(q.cfg.expires)*time.Millisecond), evQueueExpiry, q, q.leaseGen)
 	}
 }
 
 // run expires what has expired at the head of q and dispatches to its
-// consumers, then re-arms the head-expiry timer.
+// consumers, then re-arms the head-expiry timer. On a classic queue this is
+// requeue_and_run: drop_expired_msgs, then run_message_queue.
 func (b *Broker) run(q *queue) {
+	if !q.isQuorum() {
+		b.dropExpired(q)
+		b.dispatch(q)
+		return
+	}
 	for {
 		m := q.popExpired(b.now, b.version)
 		if m == nil {
@@ -275,6 +293,48 @@ func (b *Broker) run(q *queue) {
 	}
 	b.dispatch(q)
 	b.armHeadExpiry(q)
+}
+
+// serve hands ready messages to q's consumers after something freed or
+// added one (consume, ack, reject without requeue, a drained delivery
+// channel). On a classic queue this is run_message_queue alone, with no
+// expiry check first; on a quorum queue it is run.
+func (b *Broker) serve(q *queue) {
+	if q.isQuorum() {
+		b.run(q)
+		return
+	}
+	b.dispatch(q)
+}
+
+// dropExpired is a classic queue's drop_expired_msgs: it dead-letters (or
+// drops) what has expired at the head, walking priority levels from the
+// top, and makes sure the queue's one TTL timer covers the new head. The
+// timer is only ever moved earlier, by more than a millisecond
+// (ensure_ttl_timer); an empty queue keeps its timer as it is.
+// RabbitMQ runs this after enqueueing into an empty queue, after every
+// fetch (basic.get or a delivery), after a requeue, when a consumer is
+// cancelled and when the timer fires: nowhere else. So a head that became
+// the head otherwise (a higher-priority message published into a non-empty
+// priority queue) expires only when one of those comes, and a fetch before
+// that hands it out expired.
+func (b *Broker) dropExpired(q *queue) {
+	if q.ready == 0 {
+		return
+	}
+	for {
+		m := q.popExpired(b.now, b.version)
+		if m == nil {
+			break
+		}
+		b.deadLetter(q, m, "expired")
+	}
+	at, ok := q.headDeadline(b.version)
+	if !ok || (!q.ttlArmed.IsZero() && !at.Add(time.Millisecond).Before(q.ttlArmed)) {
+		return
+	}
+	q.ttlArmed = at
+	b.schedule(at, evHeadExpiry, q, 0)
 }
 
 // newMessage builds the stored form of a publishing, reusing an acknowledged
@@ -373,6 +433,9 @@ func (b *Broker) enqueue(q *queue, m *message) {
 	b.msgSeq++
 	m.id = b.msgSeq
 	m.redelivered, m.acquired, m.failed = false, 0, 0
+	if q.isQuorum() && b.version == RabbitMQ40 {
+		m.failed = m.deliveryCountAnn // rabbit_fifo maybe_set_msg_delivery_count
+	}
 	m.level = q.priorityLevel(m.pub.Priority, b.version)
 	m.hasExpiry = false
 	ttl, has := int64(-1), false
@@ -402,7 +465,14 @@ func (b *Broker) enqueue(q *queue, m *message) {
 		}
 	}
 	q.enqueue(m)
-	b.run(q)
+	if q.isQuorum() {
+		b.run(q)
+	} else if q.ready == 1 {
+		// deliver_or_enqueue checks expiry only when the message is the
+		// queue's only one; otherwise the head and its timer stay as they
+		// were, even when a higher-priority message goes in front.
+		b.dropExpired(q)
+	}
 }
 
 // dispatch hands ready messages to consumers with room, round robin.
@@ -411,6 +481,14 @@ func (b *Broker) dispatch(q *queue) {
 		c := b.nextConsumer(q)
 		if c == nil {
 			return
+		}
+		if !q.isQuorum() {
+			// fetch/2 takes the head first, even one that expired with no
+			// timer covering it, then drops what has expired behind it.
+			m := q.take(b.version)
+			b.dropExpired(q)
+			b.deliver(q, c, m)
+			continue
 		}
 		for {
 			m := q.popExpired(b.now, b.version)
@@ -466,7 +544,7 @@ func (b *Broker) retryUnsent() {
 		}
 		c.unsent = false
 		c.q.consumers = append(c.q.consumers, c)
-		b.run(c.q)
+		b.serve(c.q)
 	}
 }
 
@@ -514,7 +592,9 @@ func (b *Broker) settleRequeue(q *queue, m *message, failed, explicit bool) {
 		return
 	}
 	m.acquired++
-	if failed {
+	if failed && (b.version != RabbitMQ40 || !explicit) {
+		// On 4.0 reject and nack are both a plain #return (delivery
+		// failed only when the channel goes down).
 		m.failed++
 	}
 	count := m.acquired

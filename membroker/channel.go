@@ -58,6 +58,10 @@ type consumer struct {
 	blocked    bool // at its limit, parked in q.blocked
 	unsent     bool // delivery channel full, parked in Broker.unsentBlocked
 	cancelled  bool
+	// lingering: cancelled on a quorum queue with deliveries unsettled;
+	// rabbit_fifo keeps it (status cancelled) until they are, so it still
+	// counts as one of the queue's consumers.
+	lingering bool
 }
 
 // Delivery channel sizes. A consumer with a prefetch limit up to
@@ -74,8 +78,13 @@ const (
 func (c *consumer) hasCredit() bool { return c.autoAck || c.limit == 0 || c.unacked < c.limit }
 func (c *consumer) hasRoom() bool   { return len(c.deliveries)+c.pending < cap(c.deliveries) }
 
-// fail closes the channel with a channel exception and returns it.
+// fail closes the channel with a channel exception and returns it. A reply
+// text too long to encode (serverError's 541 INTERNAL_ERROR) closes the
+// connection instead, as the broker's channel crash does.
 func (ch *Channel) fail(err *amqp.Error) *amqp.Error {
+	if err.Code == amqp.InternalError {
+		return ch.failConn(err)
+	}
 	ch.teardown(err)
 	return err
 }
@@ -110,6 +119,12 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 	}
 	durable = durable && !exclusive // the channel forces exclusive queues transient
 	if name == "" {
+		if s, ok := args["x-queue-type"].(string); !ok || (s != "classic" && s != "quorum" && s != "stream") {
+			// rabbit_channel asks rabbit_queue_type:discover whether the
+			// type allows server naming, which crashes on an unknown type
+			// (observed on 4.0.5: 541 INTERNAL_ERROR, a connection error).
+			return amqp.Queue{}, ch.failConn(serverError(amqp.InternalError, "INTERNAL_ERROR"))
+		}
 		if kindOf(args) == quorumKind {
 			return amqp.Queue{}, ch.fail(preconditionFailed(
 				"Cannot declare a server-named queue for type rabbit_quorum_queue"))
@@ -134,7 +149,7 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 			b.renewLease(q)
 		}
 		ch.lastQueue = name
-		return amqp.Queue{Name: name, Messages: q.ready, Consumers: q.nconsumers}, nil
+		return amqp.Queue{Name: name, Messages: q.ready, Consumers: q.consumerCount()}, nil
 	}
 	cfg, aerr := validateNew(name, durable, autoDelete, exclusive, args, b.version)
 	if aerr != nil {
@@ -185,7 +200,7 @@ func (ch *Channel) QueueDeclarePassive(name string, durable, autoDelete, exclusi
 		return amqp.Queue{}, ch.fail(resourceLocked(name))
 	}
 	ch.lastQueue = name
-	return amqp.Queue{Name: name, Messages: q.ready, Consumers: q.nconsumers}, nil
+	return amqp.Queue{Name: name, Messages: q.ready, Consumers: q.consumerCount()}, nil
 }
 
 // lookup finds a queue this channel may use, closing the channel with 404 or
@@ -431,7 +446,7 @@ func (ch *Channel) Publish(exchange, key string, mandatory, immediate bool, msg 
 	}
 	if msg.Expiration != "" {
 		if _, reason := parseExpiration(msg.Expiration); reason != "" {
-			ch.fail(preconditionFailed("invalid expiration '%s': %s", msg.Expiration, reason))
+			ch.fail(invalidExpiration(msg.Expiration, reason))
 			return nil
 		}
 	}
@@ -500,6 +515,9 @@ func (ch *Channel) Consume(queue, consumerTag string, autoAck, exclusive, noLoca
 	if err != nil {
 		return nil, err
 	}
+	if aerr := checkConsumeArgs(q, args); aerr != nil {
+		return nil, ch.fail(aerr)
+	}
 	if q.isQuorum() {
 		exclusive = false // rabbit_fifo has no exclusive consumers
 	}
@@ -527,7 +545,7 @@ func (ch *Channel) Consume(queue, consumerTag string, autoAck, exclusive, noLoca
 	q.hadConsumer = true
 	q.leaseGen++ // a queue with consumers does not expire
 	ch.consumers = append(ch.consumers, c)
-	b.run(q)
+	b.serve(q)
 	return c.deliveries, nil
 }
 
@@ -547,6 +565,9 @@ func (ch *Channel) Cancel(consumer string, noWait bool) error {
 			ch.consumers = slices.Delete(ch.consumers, i, i+1)
 			b.detach(c)
 			ch.conn.send(outItem{kind: outCloseDeliveries, cons: c})
+			if !c.q.isQuorum() && !c.q.deleted {
+				b.run(c.q) // stop_consumer ends in requeue_and_run
+			}
 			break
 		}
 	}
@@ -561,12 +582,54 @@ func (b *Broker) detach(c *consumer) {
 	if q.deleted {
 		return
 	}
+	if q.isQuorum() && c.unacked > 0 {
+		// rabbit_fifo maybe_return_all(cancel): the consumer stays, with no
+		// credit, until its last delivery is settled (update_or_remove_con):
+		// it counts in queue.declare's consumer count (query_stat) and keeps
+		// the queue from expiring.
+		q.consumers = deleteFirst(q.consumers, c)
+		q.blocked = deleteFirst(q.blocked, c)
+		c.lingering = true
+		return
+	}
 	q.removeConsumer(c)
+	b.lastConsumerLeft(q)
+}
+
+// settled finishes a lingering quorum consumer once its last delivery is
+// settled: rabbit_fifo removes it then and records the queue as last active.
+func (b *Broker) settled(c *consumer) {
+	if !c.lingering || c.unacked > 0 {
+		return
+	}
+	c.lingering = false
+	if q := c.q; !q.deleted {
+		q.removeConsumer(c)
+		b.lastConsumerLeft(q)
+	}
+}
+
+// lastConsumerLeft deletes an auto-delete queue or starts its x-expires
+// period when its last consumer has gone.
+func (b *Broker) lastConsumerLeft(q *queue) {
 	if q.nconsumers == 0 {
 		if q.autoDelete {
 			b.deleteQueue(q)
 			return
 		}
+		b.renewLease(q)
+	}
+}
+
+// releaseGet ends the one-shot consumer of a settled quorum basic.get; the
+// last one leaving starts the queue's x-expires period, as a consumer does.
+func (b *Broker) releaseGet(p pendingAck) {
+	q := p.q
+	if p.c != nil || !q.isQuorum() || q.deleted {
+		return
+	}
+	q.getHolders--
+	if q.consumerCount() == 0 {
 		b.renewLease(q)
 	}
 }
@@ -596,6 +659,18 @@ func (ch *Channel) Get(queue string, autoAck bool) (amqp.Delivery, bool, error) 
 		return amqp.Delivery{}, false, err
 	}
 	b.renewLease(q)
+	if !q.isQuorum() {
+		// basic_get is fetch/2: it takes the head, even one that expired
+		// with no timer covering it, then drops what has expired behind.
+		m := q.take(b.version)
+		if m == nil {
+			return amqp.Delivery{}, false, nil
+		}
+		d := ch.handOut(q, nil, m, autoAck)
+		b.dropExpired(q)
+		d.MessageCount = uint32(q.ready)
+		return d, true, nil
+	}
 	for {
 		m := q.popExpired(b.now, b.version)
 		if m == nil {
@@ -609,7 +684,16 @@ func (ch *Channel) Get(queue string, autoAck bool) (amqp.Delivery, bool, error) 
 		return amqp.Delivery{}, false, nil
 	}
 	d := ch.handOut(q, nil, m, autoAck)
-	b.run(q)
+	if q.isQuorum() && !autoAck {
+		// rabbit_fifo reports messages_ready right after the checkout:
+		// expired messages now at the head still count until reaped. (A
+		// no-ack get is settled within the same command, and the
+		// settlement's checkout reaps them first: the code below.)
+		d.MessageCount = uint32(q.ready)
+		b.run(q)
+		return d, true, nil
+	}
+	b.run(q) // a classic queue drops expired heads before counting
 	d.MessageCount = uint32(q.ready)
 	return d, true, nil
 }
@@ -645,6 +729,8 @@ func (ch *Channel) handOut(q *queue, c *consumer, m *message, autoAck bool) amqp
 		q.unacked++
 		if c != nil {
 			c.unacked++
+		} else if q.isQuorum() {
+			q.getHolders++
 		}
 	}
 	p := &m.pub
@@ -654,7 +740,7 @@ func (ch *Channel) handOut(q *queue, c *consumer, m *message, autoAck bool) amqp
 		Priority: p.Priority, CorrelationId: p.CorrelationId, ReplyTo: p.ReplyTo,
 		Expiration: p.Expiration, MessageId: p.MessageId, Timestamp: p.Timestamp, Type: p.Type,
 		UserId: p.UserId, AppId: p.AppId,
-		DeliveryTag: tag, Redelivered: m.redelivered || m.acquired > 0,
+		DeliveryTag: tag, Redelivered: m.redelivered || m.acquired > 0 || (q.isQuorum() && m.failed > 0),
 		Exchange: m.exchange, RoutingKey: m.routingKey,
 		Body: append([]byte(nil), p.Body...),
 	}
@@ -664,7 +750,11 @@ func (ch *Channel) handOut(q *queue, c *consumer, m *message, autoAck bool) amqp
 // headersOf builds a delivery's header table: the message's own headers,
 // the broker's death records, and the quorum delivery counters.
 func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
-	quorumCount := q.isQuorum() && m.acquired > 0
+	// On RabbitMQ40 a message can reach a quorum queue with a delivery
+	// count and no acquired count (dead-lettered out of another quorum
+	// queue): rabbit_fifo_client add_delivery_count_header then shows the
+	// delivery count.
+	quorumCount := q.isQuorum() && (m.acquired > 0 || (b.version == RabbitMQ40 && m.failed > 0))
 	if len(m.deaths) == 0 && !quorumCount {
 		return copyTable(m.pub.Headers)
 	}
@@ -677,7 +767,11 @@ func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
 	}
 	if quorumCount {
 		if b.version == RabbitMQ40 {
-			h["x-delivery-count"] = int64(m.acquired)
+			n := m.acquired
+			if n == 0 {
+				n = m.failed
+			}
+			h["x-delivery-count"] = int64(n)
 		} else {
 			if m.failed > 0 {
 				h["x-delivery-count"] = int64(m.failed)
@@ -754,6 +848,7 @@ func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
 		if p.c != nil {
 			p.c.unacked--
 		}
+		b.releaseGet(p)
 		switch op {
 		case settleAck:
 			b.recycle(p.m)
@@ -761,11 +856,17 @@ func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
 			b.settleRequeue(p.q, p.m, op == settleRejectRequeue, true)
 		case settleDiscard:
 			if !p.q.deleted {
+				if p.q.isQuorum() {
+					// rabbit_fifo discard: incr_msg(DeliveryFailed=true).
+					p.m.acquired++
+					p.m.failed++
+				}
 				b.deadLetter(p.q, p.m, "rejected")
 			}
 		}
 		if p.c != nil {
 			b.unblock(p.c)
+			b.settled(p.c)
 		}
 		if !slices.Contains(touched, p.q) {
 			touched = append(touched, p.q)
@@ -773,9 +874,14 @@ func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
 	}
 	clear(ch.unacked[lo:hi])
 	ch.unacked = slices.Delete(ch.unacked, lo, hi)
+	requeued := op == settleNackRequeue || op == settleRejectRequeue
 	for _, q := range touched {
-		if !q.deleted {
-			b.run(q)
+		switch {
+		case q.deleted:
+		case requeued:
+			b.run(q) // requeue_and_run
+		default:
+			b.serve(q) // an ack or a dead-lettering only frees the consumer
 		}
 	}
 	return nil
@@ -798,8 +904,13 @@ func (ch *Channel) teardown(err *amqp.Error) {
 	ch.consumers = nil
 	for _, p := range ch.unacked {
 		p.q.unacked--
+		b.releaseGet(p)
 		// A channel going down counts as a failed delivery on quorum queues.
 		b.settleRequeue(p.q, p.m, true, false)
+		if p.c != nil {
+			p.c.unacked--
+			b.settled(p.c) // a lingering cancelled consumer goes with them
+		}
 		if !slices.Contains(touched, p.q) {
 			touched = append(touched, p.q)
 		}

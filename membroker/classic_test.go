@@ -449,6 +449,81 @@ func TestClassicPriorityExpiryOnlyAtHighestLevelHead(t *testing.T) {
 	}
 }
 
+// TestClassicPriorityShorterHeadWaitsForTimer: a higher-priority message
+// with a shorter TTL published into a non-empty priority queue becomes the
+// head without the TTL timer being re-armed (deliver_or_enqueue runs
+// drop_expired_msgs only when the queue had been empty), so it is
+// dead-lettered when the timer armed for the old head fires, and a
+// basic.get or a consumer before that receives it although it has expired
+// (fetch/2 takes the head before dropping); basic.cancel reaps it
+// (stop_consumer runs requeue_and_run).
+// ref §1.2 (fetch race), §1.4 (timer not re-armed, "UNCERTAIN in
+// practice"); rabbit_amqqueue_process deliver_or_enqueue, fetch/2,
+// ensure_ttl_timer; live 4.0.5: conformance scenarios
+// classic-ttl-priority-shorter-head-not-rearmed,
+// classic-ttl-priority-expired-head-fetched,
+// classic-ttl-priority-expired-head-consumed,
+// classic-ttl-priority-cancel-drops-expired-head.
+func TestClassicPriorityShorterHeadWaitsForTimer(t *testing.T) {
+	setup := func(t *testing.T) *env {
+		e := newEnv(t, RabbitMQ40)
+		e.declare("dlq", nil)
+		e.declare("q", cqDeadLetterArgs("dlq", amqp.Table{"x-max-priority": 5}))
+		return e
+	}
+	publish := func(e *env) {
+		e.publish("q", "low", amqp.Publishing{Expiration: "1500"})
+		e.publish("q", "high", amqp.Publishing{Expiration: "200", Priority: 5})
+		e.advance(500 * time.Millisecond)
+	}
+	t.Run("timer", func(t *testing.T) {
+		e := setup(t)
+		publish(e)
+		if got := cqReady(e, "q"); got != 2 {
+			t.Fatalf("ready %d at 500 ms, want 2: no timer covers the expired high head", got)
+		}
+		e.advance(1200 * time.Millisecond)
+		cqDiff(t, "dlq at 1700 ms", []string{"high", "low"}, e.drain("dlq"))
+	})
+	t.Run("get", func(t *testing.T) {
+		e := setup(t)
+		publish(e)
+		cqDiff(t, "gets", []string{"high", "low"}, e.drain("q"))
+		cqDiff(t, "dlq", []string(nil), e.drain("dlq"))
+	})
+	t.Run("consume", func(t *testing.T) {
+		e := setup(t)
+		publish(e)
+		c, err := e.ch.Consume("q", "late", true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cqDiff(t, "deliveries", []string{"high", "low"},
+			[]string{string(receive(t, c).Body), string(receive(t, c).Body)})
+	})
+	t.Run("cancel", func(t *testing.T) {
+		e := setup(t)
+		if err := e.ch.Qos(1, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		c, err := e.ch.Consume("q", "busy", false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.publish("q", "x", amqp.Publishing{})
+		receive(t, c) // held unacked: no room for more
+		publish(e)
+		if got := cqReady(e, "q"); got != 2 {
+			t.Fatalf("ready %d before the cancel, want 2", got)
+		}
+		if err := e.ch.Cancel("busy", false); err != nil {
+			t.Fatal(err)
+		}
+		cqDiff(t, "dlq after cancel", []string{"high"}, e.drain("dlq"))
+		cqDiff(t, "q after cancel", []string{"low"}, e.drain("q"))
+	})
+}
+
 // TestClassicUnackedMessagesNeverExpire: TTL applies to messages in the
 // queue only; a delivered, unacknowledged message is neither expired nor
 // dead-lettered however long it is held, and acking it is fine.

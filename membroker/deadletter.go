@@ -27,6 +27,9 @@ func (b *Broker) deadLetter(q *queue, m *message, reason string) {
 	if q.cfg.dlx != "" {
 		return // membroker has no named exchanges: a missing DLX drops silently
 	}
+	if q.isQuorum() && m.failed > 0 {
+		m.deliveryCountAnn = m.failed // rabbit_fifo_dlx:discard annotates the header's delivery_count
+	}
 	keys := make([]string, 0, 1+len(m.cc))
 	keys = append(keys, m.routingKey)
 	keys = append(keys, m.cc...)
@@ -78,7 +81,36 @@ func (b *Broker) deadLetter(q *queue, m *message, reason string) {
 		}
 		targets = kept
 	}
-	b.deliverTo(targets, m)
+	// RabbitMQ republishes a dead letter as a message to the target queue
+	// (a quorum queue, as a Ra effect): it lands once the source queue has
+	// finished the step that dead-lettered it, after that step's own
+	// deliveries. A consumer freed by a reject is served from what was
+	// already on the queue before the rejected message comes back.
+	b.deadLetters = append(b.deadLetters, deadLetterInFlight{targets: targets, m: m})
+}
+
+// deadLetterInFlight is a dead letter on its way to its target queues.
+type deadLetterInFlight struct {
+	targets []*queue
+	m       *message
+}
+
+// landDeadLetters delivers the dead letters in flight, in the order they were
+// sent, including any that landing them sends in turn.
+func (b *Broker) landDeadLetters() {
+	for len(b.deadLetters) > 0 {
+		dl := b.deadLetters[0]
+		b.deadLetters[0] = deadLetterInFlight{}
+		b.deadLetters = b.deadLetters[1:]
+		live := dl.targets[:0]
+		for _, q := range dl.targets {
+			if !q.deleted {
+				live = append(live, q)
+			}
+		}
+		b.deliverTo(live, dl.m)
+	}
+	b.deadLetters = nil
 }
 
 // closesCycle reports whether dead-lettering into target would repeat a

@@ -21,7 +21,11 @@
 // maximum counts as the maximum); requeue to the original position with
 // redelivered set; x-message-ttl and per-message expiration, the lower
 // winning, expired only at the head (of the highest non-empty priority
-// level); x-message-ttl 0 delivering only to a waiting consumer;
+// level) and with RabbitMQ's one TTL timer per queue, so a shorter-lived
+// higher-priority message published in front of others is reaped only when
+// that timer fires or the queue is next fetched from, requeued to or
+// cancelled on, and a fetch before then hands it out expired;
+// x-message-ttl 0 delivering only to a waiting consumer;
 // dead-lettering with x-death, x-first-death-* and x-last-death-*, the
 // expiration removed, cycles dropped unless a rejection is in them, a missing
 // target dropping silently; x-expires leases renewed by declare, passive
@@ -63,8 +67,9 @@
 // consumer timeouts, memory and disk alarms, flow control, clustering and
 // authentication (the user is "guest"). Declaring a queue with an argument
 // whose effect is not modelled (x-max-length, x-overflow,
-// x-single-active-consumer, ...) is refused with 540 NOT_IMPLEMENTED rather
-// than accepted and ignored, so no test silently relies on a behaviour the
+// x-single-active-consumer, ...), or consuming with a valid x-priority, is
+// refused with 540 NOT_IMPLEMENTED rather than accepted and ignored (invalid
+// values get RabbitMQ's own errors first), so no test silently relies on a behaviour the
 // model lacks. RabbitMQ reaps an expired head within about a millisecond
 // and a quorum queue's x-expires on a 5 s tick; membroker does both exactly
 // at the deadline.

@@ -3,6 +3,7 @@ package membroker
 import (
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -12,9 +13,28 @@ const vhost = "/"
 
 // serverError builds an *amqp.Error the way amqp091 does for a channel.close
 // or connection.close sent by the server.
+//
+// rabbit_binary_generator:amqp_exception_explanation formats the text with
+// chars_limit 255: a longer text becomes its first 252 characters and
+// "...". A text that is still longer than the 255 bytes a shortstr carries
+// (multi-byte characters) cannot be encoded: the channel process crashes
+// and the reader closes the connection with a bare 541 INTERNAL_ERROR,
+// which Channel.fail turns into a connection exception. (Observed on
+// 4.0.5: a passive declare of a missing queue named with 110 'é' gets 541
+// INTERNAL_ERROR; with 109 it gets the 254-byte 404.)
 func serverError(code int, text string) *amqp.Error {
+	if utf8.RuneCountInString(text) > 255 {
+		n := 0
+		for i := range text {
+			if n == 252 {
+				text = text[:i] + "..."
+				break
+			}
+			n++
+		}
+	}
 	if len(text) > 255 {
-		text = text[:255] // rabbit_binary_generator limits the reply text to 255 characters
+		return &amqp.Error{Code: amqp.InternalError, Reason: "INTERNAL_ERROR", Server: true}
 	}
 	return &amqp.Error{Code: code, Reason: text, Server: true, Recover: isSoftCode(code)}
 }

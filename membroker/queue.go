@@ -23,6 +23,10 @@ type message struct {
 	redelivered bool
 	// Quorum: acquired_count and delivery_count of rabbit_fifo's message header.
 	acquired, failed int
+	// The delivery_count annotation a quorum queue leaves on a message it
+	// dead-letters (rabbit_fifo:annotate_msg), 0 if none; a RabbitMQ40
+	// quorum queue the message reaches starts its delivery_count from it.
+	deliveryCountAnn int
 
 	deaths []death // newest first
 	first  *death  // x-first-death-*, set at the first death the broker records
@@ -106,6 +110,7 @@ type queue struct {
 	consumers   []*consumer // active, in round-robin order
 	blocked     []*consumer // at their prefetch limit, rejoin at the end when freed
 	nconsumers  int
+	getHolders  int // quorum: unacknowledged basic.get deliveries (see consumerCount)
 	exclusiveBy *consumer
 	hadConsumer bool
 
@@ -296,6 +301,12 @@ func (q *queue) readyMessages() []*message {
 	}
 	return out
 }
+
+// consumerCount is the consumer count RabbitMQ reports and checks before
+// expiring a queue. On a quorum queue every unacknowledged basic.get counts:
+// rabbit_fifo checks the message out to a one-shot consumer keyed by the
+// delivery tag, which lives until the message is settled.
+func (q *queue) consumerCount() int { return q.nconsumers + q.getHolders }
 
 // removeConsumer takes c out of the queue's dispatch lists.
 func (q *queue) removeConsumer(c *consumer) {

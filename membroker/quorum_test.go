@@ -763,3 +763,152 @@ func TestQuorumIgnoresExclusiveConsume(t *testing.T) {
 		t.Fatalf("consumers (-want +got):\n%s", diff)
 	}
 }
+
+// A message dead-lettered out of a RabbitMQ40 quorum queue carries the
+// header's delivery_count (failed deliveries: a channel going down and the
+// discard itself, not reject or nack with requeue), invisible on a classic
+// queue; a quorum queue it reaches, directly or through a classic one,
+// starts its delivery_count there, so the first delivery is redelivered
+// with that x-delivery-count, and after a return x-delivery-count is the
+// new acquired_count.
+// Ref v4.0.5 rabbit_fifo: discard/7 incr_msg(DelFailed=true),
+// rabbit_fifo_dlx:discard annotate_msg, maybe_set_msg_delivery_count,
+// rabbit_fifo_client:add_delivery_count_header; checked live on 4.0.5
+// (conformance scenarios quorum-dead-letter-to-quorum,
+// quorum-dead-letter-count-through-classic).
+func TestQuorum40DeadLetterCarriesDeliveryCount(t *testing.T) {
+	e := newEnv(t, RabbitMQ40)
+	e.declare("dlq", amqp.Table{"x-queue-type": "quorum"})
+	qqDeclare(e, "src", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
+	e.publish("src", "m", amqp.Publishing{})
+	if err := qqMustGet(e, "src").Reject(true); err != nil { // acquired 1, delivery 0
+		t.Fatal(err)
+	}
+	ch := e.channel()
+	if _, ok, err := ch.Get("src", false); !ok || err != nil {
+		t.Fatalf("get on a second channel: ok=%v err=%v", ok, err)
+	}
+	// Closing the channel returns it: acquired 2, delivery 1.
+	ch.Close()
+	// Rejecting it without requeue: delivery 2.
+	if err := qqMustGet(e, "src").Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	d := qqMustGet(e, "dlq")
+	if got, want := qqSee(d), (qqSeen{Body: "m", Redelivered: true, Count: "2", Acquired: "-"}); got != want {
+		t.Fatalf("first delivery from the quorum target: %+v, want %+v", got, want)
+	}
+	if err := d.Reject(true); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := qqSee(qqMustGet(e, "dlq")), (qqSeen{Body: "m", Redelivered: true, Count: "1", Acquired: "-"}); got != want {
+		t.Fatalf("after a return in the quorum target: %+v, want %+v", got, want)
+	}
+
+	e.declare("last", amqp.Table{"x-queue-type": "quorum"})
+	e.declare("mid", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "last"})
+	qqDeclare(e, "first", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "mid"})
+	e.publish("first", "n", amqp.Publishing{})
+	if err := qqMustGet(e, "first").Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	d = qqMustGet(e, "mid")
+	if got, want := qqSee(d), (qqSeen{Body: "n", Count: "-", Acquired: "-"}); got != want {
+		t.Fatalf("delivery from the classic queue in between: %+v, want %+v", got, want)
+	}
+	if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := qqSee(qqMustGet(e, "last")), (qqSeen{Body: "n", Redelivered: true, Count: "1", Acquired: "-"}); got != want {
+		t.Fatalf("delivery from the quorum queue behind the classic one: %+v, want %+v", got, want)
+	}
+}
+
+// A consumer cancelled on a quorum queue with deliveries unsettled stays
+// one of the queue's consumers until they are settled: queue.declare
+// counts it and the queue does not expire meanwhile; settling the last one
+// removes it and starts the x-expires period.
+// Ref v4.0.5 rabbit_fifo: maybe_return_all(cancel) keeps the consumer with
+// status cancelled, update_or_remove_con removes it when checked_out is
+// empty and sets last_active, query_stat counts maps:size(Consumers),
+// is_expired needs no consumers; consumer count checked live on 4.0.5
+// (conformance scenario consumer-cancel-keeps-unacked-quorum).
+func TestQuorumCancelledConsumerLingersUntilSettled(t *testing.T) {
+	e := newEnv(t, RabbitMQ40)
+	qqDeclare(e, "q", amqp.Table{"x-expires": 1000})
+	ch, dels := qqConsume(e, "q", "c1", 5)
+	qqPublishN(e, "q", "m", 2, 0)
+	a, b := receive(t, dels), receive(t, dels)
+	if err := ch.Cancel("c1", false); err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		t.Helper()
+		q, err := e.ch.QueueDeclarePassive("q", true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.Consumers
+	}
+	if n := consumers(); n != 1 {
+		t.Fatalf("after cancel with 2 unacked: consumers=%d, want 1", n)
+	}
+	if err := a.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	e.advance(2 * time.Second)
+	if n := consumers(); n != 1 {
+		t.Fatalf("with 1 unacked left: consumers=%d, want 1", n)
+	}
+	if err := b.Nack(false, true); err != nil {
+		t.Fatal(err)
+	}
+	if n := consumers(); n != 0 {
+		t.Fatalf("all settled: consumers=%d, want 0", n)
+	}
+	e.advance(900 * time.Millisecond)
+	if _, ok := e.b.Queue("q"); !ok {
+		t.Fatal("queue expired less than x-expires after its last consumer went")
+	}
+	e.advance(200 * time.Millisecond)
+	if _, ok := e.b.Queue("q"); ok {
+		t.Fatal("queue still there x-expires after its last consumer went")
+	}
+
+	// A classic queue drops the cancelled consumer at once.
+	e.declare("c", nil)
+	ch, dels = qqConsume(e, "c", "c2", 5)
+	e.publish("c", "m", amqp.Publishing{})
+	receive(t, dels)
+	if err := ch.Cancel("c2", false); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := e.ch.QueueDeclarePassive("c", true, false, false, false, nil); err != nil || q.Consumers != 0 {
+		t.Fatalf("classic after cancel: consumers=%d err=%v, want 0", q.Consumers, err)
+	}
+}
+
+// basic.get's message count on a quorum queue is messages_ready right after
+// the checkout: an expired message left at the head still counts after a
+// manual-ack get, while a no-ack get is settled in the same command and the
+// settlement's checkout reaps it first.
+// Ref v4.0.5 rabbit_fifo apply(#checkout{spec = {dequeue, Settlement}}):
+// reply with messages_ready(State4), settled → complete_and_checkout →
+// checkout_one → expire_msgs; checked live on 4.0.5 (conformance scenario
+// quorum-ttl-get-remaining: remaining 3, then 0).
+func TestQuorumGetCountsExpiredHeadUntilSettled(t *testing.T) {
+	e := newEnv(t, RabbitMQ40)
+	qqDeclare(e, "q", nil)
+	for _, m := range []struct{ body, exp string }{{"a", "2000"}, {"b", "200"}, {"c", "2000"}, {"d", "200"}} {
+		e.publish("q", m.body, amqp.Publishing{Expiration: m.exp})
+	}
+	e.advance(500 * time.Millisecond)
+	d, ok, err := e.ch.Get("q", false)
+	if err != nil || !ok || string(d.Body) != "a" || d.MessageCount != 3 {
+		t.Fatalf("manual-ack get: %q remaining=%d ok=%v err=%v, want a remaining=3", d.Body, d.MessageCount, ok, err)
+	}
+	d, ok, err = e.ch.Get("q", true)
+	if err != nil || !ok || string(d.Body) != "c" || d.MessageCount != 0 {
+		t.Fatalf("no-ack get: %q remaining=%d ok=%v err=%v, want c remaining=0", d.Body, d.MessageCount, ok, err)
+	}
+}

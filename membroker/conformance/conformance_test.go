@@ -96,7 +96,7 @@ func TestHandWritten(t *testing.T) {
 			golden := filepath.Join("testdata", "live", sc.Name+".trace")
 			want, reference := readTrace(t, golden), "recorded live trace "+golden
 			if url != "" {
-				live, err := runOn(conformance.Live{URL: url}, uniquePrefix(), sc.Run)
+				live, err := runOn(&conformance.Live{URL: url}, uniquePrefix(), sc.Run)
 				if err != nil {
 					t.Fatalf("live: %v", err)
 				}

@@ -70,14 +70,25 @@ type Target interface {
 	Cleanup(queues []string)
 }
 
-// Live is a RabbitMQ broker at an AMQP URL.
-type Live struct{ URL string }
+// Live is a RabbitMQ broker at an AMQP URL. Use one per run: it keeps the
+// run's schedule, so that Wait(d) ends d after the previous Wait ended (or
+// after the first Dial), however long the operations in between took. The
+// time between two waits is then the same as on the model, where
+// operations take no time, up to the latency of one operation.
+type Live struct {
+	URL     string
+	start   time.Time
+	elapsed time.Duration
+}
 
 // Name implements Target.
-func (Live) Name() string { return "live" }
+func (*Live) Name() string { return "live" }
 
 // Dial implements Target.
-func (l Live) Dial() (Conn, error) {
+func (l *Live) Dial() (Conn, error) {
+	if l.start.IsZero() {
+		l.start = time.Now()
+	}
 	c, err := amqp.Dial(l.URL)
 	if err != nil {
 		return nil, err
@@ -90,20 +101,27 @@ type liveConn struct{ c *amqp.Connection }
 func (c liveConn) Channel() (Channel, error) { return c.c.Channel() }
 func (c liveConn) Close() error              { return c.c.Close() }
 
-// Wait implements Target.
-func (Live) Wait(d time.Duration) { time.Sleep(d) }
+// Wait implements Target: it sleeps until the run's schedule has advanced
+// by d.
+func (l *Live) Wait(d time.Duration) {
+	if l.start.IsZero() {
+		l.start = time.Now()
+	}
+	l.elapsed += d
+	time.Sleep(time.Until(l.start.Add(l.elapsed)))
+}
 
 // Quiet implements Target.
-func (Live) Quiet() time.Duration { return 150 * time.Millisecond }
+func (*Live) Quiet() time.Duration { return 150 * time.Millisecond }
 
 // Patience implements Target.
-func (Live) Patience() time.Duration { return 10 * time.Second }
+func (*Live) Patience() time.Duration { return 10 * time.Second }
 
 // Poke implements Target.
-func (Live) Poke() {}
+func (*Live) Poke() {}
 
 // Cleanup implements Target.
-func (l Live) Cleanup(queues []string) {
+func (l *Live) Cleanup(queues []string) {
 	c, err := amqp.Dial(l.URL)
 	if err != nil {
 		return
@@ -175,8 +193,12 @@ type Run struct {
 	queues []string
 	conns  []Conn
 	chans  map[Channel]*chanState
+	quorum map[string]bool // queues declared as quorum queues
 	fatal  error
-	expect *[]int // receive counts from a previous run, for ReceiveAll
+	// ReceiveAll counts: recorded on a run without expectations (the
+	// model's), consumed as expectations by a run given them (the live one).
+	counts []int
+	expect []int
 }
 
 type chanState struct {
@@ -194,7 +216,7 @@ var errAbort = errors.New("conformance: scenario aborted")
 // NewRun prepares a run on target. prefix makes queue names unique on a
 // shared live broker; it is removed from the trace.
 func NewRun(target Target, prefix string) *Run {
-	return &Run{target: target, prefix: prefix, chans: map[Channel]*chanState{}}
+	return &Run{target: target, prefix: prefix, chans: map[Channel]*chanState{}, quorum: map[string]bool{}}
 }
 
 // Target is the broker this run is on.
@@ -224,6 +246,9 @@ func (r *Run) Logf(format string, a ...any) {
 	line := fmt.Sprintf(format, a...)
 	line = strings.ReplaceAll(line, r.prefix, "")
 	line = serverNames.ReplaceAllString(line, "amq.gen-*")
+	// One observation is one line of a golden trace: a newline inside it
+	// (RabbitMQ's ~tp breaks long reasons over lines) is written as \n.
+	line = strings.ReplaceAll(line, "\n", `\n`)
 	r.mu.Lock()
 	r.lines = append(r.lines, line)
 	r.mu.Unlock()
@@ -311,10 +336,14 @@ func describeErr(err error) string {
 
 // Declare declares a queue and records the reply or the error.
 func (r *Run) Declare(ch Channel, name string, durable, autoDelete, exclusive bool, args amqp.Table) bool {
+	r.settleStats(name)
 	q, err := ch.QueueDeclare(name, durable, autoDelete, exclusive, false, args)
 	if err != nil {
 		r.Logf("declare %s: %s", name, describeErr(err))
 		return false
+	}
+	if t, _ := args["x-queue-type"].(string); t == "quorum" {
+		r.quorum[name] = true
 	}
 	r.Logf("declare %s: ok name=%s messages=%d consumers=%d", name, q.Name, q.Messages, q.Consumers)
 	return true
@@ -322,6 +351,7 @@ func (r *Run) Declare(ch Channel, name string, durable, autoDelete, exclusive bo
 
 // Passive records a passive declare: the ready count, or the error.
 func (r *Run) Passive(ch Channel, name string) {
+	r.settleStats(name)
 	q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
 	if err != nil {
 		r.Logf("passive %s: %s", name, describeErr(err))
@@ -332,6 +362,7 @@ func (r *Run) Passive(ch Channel, name string) {
 
 // Delete records a queue.delete.
 func (r *Run) Delete(ch Channel, name string, ifUnused, ifEmpty bool) {
+	r.settleStats(name)
 	n, err := ch.QueueDelete(name, ifUnused, ifEmpty, false)
 	if err != nil {
 		r.Logf("delete %s: %s", name, describeErr(err))
@@ -348,6 +379,86 @@ func (r *Run) Purge(ch Channel, name string) {
 		return
 	}
 	r.Logf("purge %s: messages=%d", name, n)
+}
+
+// settleStats waits until a live quorum queue's counts are current. RabbitMQ
+// answers a quorum queue's declare-ok, passive declare and delete counts
+// with ra:local_query on the applied state (rabbit_fifo_client:stat), so an
+// ack or return sent just before may not show yet. Reading the counts has no
+// side effect on a quorum queue (it does not renew x-expires), so this reads
+// them on a separate connection until two reads 20 ms apart agree. Classic
+// queues answer in order and need nothing.
+func (r *Run) settleStats(name string) {
+	live, ok := r.target.(*Live)
+	if !ok || !r.quorum[name] {
+		return
+	}
+	c, err := amqp.Dial(live.URL)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	read := func() (amqp.Queue, bool) {
+		ch, err := c.Channel()
+		if err != nil {
+			return amqp.Queue{}, false
+		}
+		defer ch.Close()
+		q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
+		return q, err == nil
+	}
+	prev, ok := read()
+	for i := 0; ok && i < 25; i++ {
+		time.Sleep(20 * time.Millisecond)
+		next, ok2 := read()
+		if !ok2 || next == prev {
+			return
+		}
+		prev = next
+	}
+}
+
+// Quiesce waits, on a live broker, until the work an operation set off
+// inside it has finished: a dead letter republished by a queue process or
+// a quorum queue's Ra effects, a requeue after a channel closed. It reads
+// the counts of every queue of the run, on a separate connection, until two
+// reads 10 ms apart agree. A passive declare renews a classic queue's
+// x-expires lease, so Quiesce is for scenarios without x-expires (the
+// generated ones); on the model it does nothing.
+func (r *Run) Quiesce() {
+	live, ok := r.target.(*Live)
+	if !ok {
+		return
+	}
+	c, err := amqp.Dial(live.URL)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	snapshot := func() string {
+		var b strings.Builder
+		for _, name := range r.queues {
+			ch, err := c.Channel()
+			if err != nil {
+				return ""
+			}
+			q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
+			if err == nil {
+				_ = ch.Close()
+				fmt.Fprintf(&b, "%s=%d/%d ", name, q.Messages, q.Consumers)
+			}
+		}
+		return b.String()
+	}
+	prev := snapshot()
+	for range 30 {
+		time.Sleep(10 * time.Millisecond)
+		next := snapshot()
+		if next == prev {
+			return
+		}
+		prev = next
+	}
 }
 
 // Qos sets the channel's prefetch and records an error.
@@ -403,11 +514,22 @@ func (r *Run) PublishTo(ch Channel, exchange, key, body string, p amqp.Publishin
 
 func (r *Run) awaitConfirm(ch Channel, st *chanState, body string) {
 	timeout := time.After(r.target.Patience())
+	returns := st.returns
 	for {
 		select {
-		case ret := <-st.returns:
+		case ret, ok := <-returns:
+			if !ok {
+				// The channel closed: its returns listener is closed too
+				// and would otherwise yield zero Returns until the
+				// confirms listener is picked.
+				returns = nil
+				continue
+			}
 			r.Logf("return %d %s rk=%s body=%q", ret.ReplyCode, ret.ReplyText, ret.RoutingKey, ret.Body)
 		case c, ok := <-st.confirms:
+			// A basic.return is sent before its confirm, but when both are
+			// already buffered select picks either: record returns first.
+			r.pendingReturns(st)
 			if !ok {
 				r.Closed(ch)
 				return
@@ -416,6 +538,21 @@ func (r *Run) awaitConfirm(ch Channel, st *chanState, body string) {
 			return
 		case <-timeout:
 			r.Logf("confirm %q: none within %s", body, r.target.Patience())
+			return
+		}
+	}
+}
+
+// pendingReturns records the returns already buffered on st.
+func (r *Run) pendingReturns(st *chanState) {
+	for {
+		select {
+		case ret, ok := <-st.returns:
+			if !ok {
+				return
+			}
+			r.Logf("return %d %s rk=%s body=%q", ret.ReplyCode, ret.ReplyText, ret.RoutingKey, ret.Body)
+		default:
 			return
 		}
 	}
@@ -495,6 +632,15 @@ func (r *Run) Cancel(ch Channel, tag string) {
 // Receive waits for n deliveries on c and records them, then records any
 // surplus that arrives within the target's quiet period.
 func (r *Run) Receive(c <-chan amqp.Delivery, n int) []amqp.Delivery {
+	out := r.receiveN(c, n)
+	if len(out) < n {
+		return out
+	}
+	return append(out, r.Surplus(c)...)
+}
+
+// receiveN waits for n deliveries on c and records them.
+func (r *Run) receiveN(c <-chan amqp.Delivery, n int) []amqp.Delivery {
 	r.target.Poke()
 	var out []amqp.Delivery
 	timeout := time.After(r.target.Patience())
@@ -512,7 +658,49 @@ func (r *Run) Receive(c <-chan amqp.Delivery, n int) []amqp.Delivery {
 			return out
 		}
 	}
-	return append(out, r.Surplus(c)...)
+	return out
+}
+
+// Expect makes ReceiveAll on this run wait for the counts another run
+// recorded (see Counts): a live broker hands deliveries over
+// asynchronously, so the model says how many to wait for.
+func (r *Run) Expect(counts []int) { r.expect = slices.Clone(counts) }
+
+// Counts returns how many deliveries each ReceiveAll took.
+func (r *Run) Counts() []int { return slices.Clone(r.counts) }
+
+// ReceiveAll records every delivery the consumer has been handed. On a run
+// with expectations it waits for the expected number and no longer: time
+// spent watching for a surplus would pass on the live broker and not on
+// the model. A surplus shows up in a later ReceiveAll, or in Surplus at the
+// end of the scenario.
+func (r *Run) ReceiveAll(c <-chan amqp.Delivery) []amqp.Delivery {
+	if r.expect != nil {
+		n := 0
+		if len(r.expect) > 0 {
+			n, r.expect = r.expect[0], r.expect[1:]
+		}
+		return r.receiveN(c, n)
+	}
+	r.target.Poke()
+	var out []amqp.Delivery
+	for {
+		select {
+		case d, ok := <-c:
+			if !ok {
+				r.Logf("deliveries closed")
+				r.counts = append(r.counts, len(out))
+				return out
+			}
+			r.Logf("deliver %s", Describe(d))
+			out = append(out, d)
+			continue
+		default:
+		}
+		break
+	}
+	r.counts = append(r.counts, len(out))
+	return out
 }
 
 // Surplus records deliveries that arrive on c within the quiet period.
@@ -520,18 +708,33 @@ func (r *Run) Surplus(c <-chan amqp.Delivery) []amqp.Delivery {
 	r.target.Poke()
 	var out []amqp.Delivery
 	quiet := time.After(r.target.Quiet())
+	over := false
 	for {
-		select {
-		case d, ok := <-c:
-			if !ok {
-				r.Logf("deliveries closed")
+		var d amqp.Delivery
+		var ok bool
+		if over {
+			// What is already on c counts even when the quiet period is
+			// over (the model's is zero, and select picks among ready
+			// cases at random).
+			select {
+			case d, ok = <-c:
+			default:
 				return out
 			}
-			r.Logf("deliver (unexpected) %s", Describe(d))
-			out = append(out, d)
-		case <-quiet:
+		} else {
+			select {
+			case d, ok = <-c:
+			case <-quiet:
+				over = true
+				continue
+			}
+		}
+		if !ok {
+			r.Logf("deliveries closed")
 			return out
 		}
+		r.Logf("deliver (unexpected) %s", Describe(d))
+		out = append(out, d)
 	}
 }
 

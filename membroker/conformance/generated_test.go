@@ -1,0 +1,146 @@
+package conformance_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/queuey/queuey/membroker/conformance"
+	"pgregory.net/rapid"
+)
+
+// minGenerated is how many generated sequences a run checks against the
+// live broker unless -rapid.checks says otherwise.
+const minGenerated = 200
+
+// generatedChecks raises rapid's default of 100 checks to minGenerated,
+// unless -rapid.checks was given.
+func generatedChecks() {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
+	if !set {
+		_ = flag.Set("rapid.checks", strconv.Itoa(minGenerated))
+	}
+}
+
+// playBoth runs a sequence on the model, then on the live broker with the
+// model's delivery counts as expectations, and returns both traces.
+// fataler is what playBoth needs of *testing.T and *rapid.T.
+type fataler interface {
+	Fatalf(format string, args ...any)
+}
+
+func playBoth(t fataler, url string, s conformance.Sequence) (live, model []string) {
+	mrun := conformance.NewRun(conformance.NewModel(), "cf-model-")
+	model, err := mrun.Execute(s.Play)
+	if err != nil {
+		t.Fatalf("model: %v", err)
+	}
+	lrun := conformance.NewRun(&conformance.Live{URL: url}, uniquePrefix())
+	lrun.Expect(mrun.Counts())
+	live, err = lrun.Execute(s.Play)
+	if err != nil {
+		t.Fatalf("live: %v", err)
+	}
+	return live, model
+}
+
+// TestGenerated runs rapid-generated operation sequences (declare with a
+// random valid argument set, publish with random properties, get, consume
+// with prefetch, ack, nack, reject, cancel, close, wait, purge) on the live
+// broker and on the model and requires equal traces. A failing sequence is
+// shrunk by rapid and saved under testdata/regressions with its live trace.
+func TestGenerated(t *testing.T) {
+	url := os.Getenv("AMQP_URL")
+	if url == "" {
+		t.Skip("AMQP_URL not set: generated sequences need a live broker (the saved regressions still run in TestRegressions)")
+	}
+	generatedChecks()
+	// rapid runs the property again and again while it shrinks a failure;
+	// the last failing call is the smallest sequence, and that one is kept.
+	var last *conformance.Sequence
+	var lastLive []string
+	t.Cleanup(func() {
+		if last != nil {
+			saveRegression(t, *last, lastLive)
+		}
+	})
+	shrinking := false
+	rapid.Check(t, func(rt *rapid.T) {
+		s := conformance.Generator().Draw(rt, "sequence")
+		live, model := playBoth(rt, url, s)
+		if diff := cmp.Diff(live, model); diff != "" {
+			if !shrinking {
+				genDiverged.Add(1)
+				shrinking = true
+			}
+			last, lastLive = &s, live
+			rt.Fatalf("model differs from live (-live +model):\n%s", diff)
+		}
+		if !shrinking {
+			genAgreed.Add(1)
+		}
+	})
+}
+
+// saveRegression keeps a failing sequence and its live trace under
+// testdata/regressions, named by its content.
+func saveRegression(t *testing.T, s conformance.Sequence, live []string) {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	base := filepath.Join("testdata", "regressions", hex.EncodeToString(sum[:6]))
+	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(base+".json", append(data, '\n'), 0o644)
+	writeTrace(t, base+".trace", live)
+}
+
+// TestRegressions replays every saved sequence on the model and compares it
+// with its recorded live trace, and with the live broker when AMQP_URL is
+// set.
+func TestRegressions(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "regressions", "*.json"))
+	sort.Strings(files)
+	url := os.Getenv("AMQP_URL")
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s conformance.Sequence
+			if err := json.Unmarshal(data, &s); err != nil {
+				t.Fatal(err)
+			}
+			want := readTrace(t, strings.TrimSuffix(f, ".json")+".trace")
+			var model []string
+			if url != "" {
+				want, model = playBoth(t, url, s)
+				if *update {
+					writeTrace(t, strings.TrimSuffix(f, ".json")+".trace", want)
+				}
+			} else {
+				model, err = conformance.NewRun(conformance.NewModel(), "cf-model-").Execute(s.Play)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if diff := cmp.Diff(want, model); diff != "" {
+				t.Errorf("regression %s: model differs from live (-live +model):\n%s", name, diff)
+			}
+		})
+	}
+}
