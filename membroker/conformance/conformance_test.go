@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/queuey/queuey/membroker/conformance"
@@ -34,12 +35,25 @@ func TestMain(m *testing.M) {
 			_ = c.Close()
 		}
 	}
+	start := time.Now()
 	code := m.Run()
+	against := "the live broker " + brokerVersion
 	if url == "" {
-		fmt.Println("conformance: AMQP_URL not set; the model was checked against the recorded live traces in testdata/live only")
+		against = "the live traces recorded in testdata/live (AMQP_URL not set)"
 	}
-	fmt.Printf("conformance: %d hand-written scenarios agreed, %d diverged (%d allow-listed); %d generated sequences agreed, %d diverged; broker: %s\n",
-		handAgreed.Load(), handDiverged.Load(), handAllowed.Load(), genAgreed.Load(), genDiverged.Load(), or(brokerVersion, "none"))
+	report := fmt.Sprintf("conformance: against %s: %d hand-written scenarios agreed, %d diverged (%d allow-listed); "+
+		"%d generated sequences agreed, %d diverged; %s\n",
+		against, handAgreed.Load(), handDiverged.Load(), handAllowed.Load(), genAgreed.Load(), genDiverged.Load(),
+		time.Since(start).Round(time.Second))
+	fmt.Print(report)
+	// go test ./... shows a passing package's output only with -v: CI names
+	// a file to collect the report in.
+	if path := os.Getenv("QUEUEY_CONFORMANCE_REPORT"); path != "" {
+		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			_, _ = f.WriteString(report)
+			_ = f.Close()
+		}
+	}
 	os.Exit(code)
 }
 
@@ -141,11 +155,4 @@ func writeTrace(t *testing.T, path string, trace []string) {
 	if err := os.WriteFile(path, []byte(strings.Join(trace, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func or(s, fallback string) string {
-	if s == "" {
-		return fallback
-	}
-	return s
 }
