@@ -284,15 +284,17 @@ func (b *Broker) run(q *queue) {
 		b.dispatch(q)
 		return
 	}
-	for {
-		m := q.popExpired(b.now, b.version)
-		if m == nil {
-			break
-		}
-		b.deadLetter(q, m, "expired")
-	}
+	b.reapExpired(q)
 	b.dispatch(q)
 	b.armHeadExpiry(q)
+}
+
+// reapExpired dead-letters (or drops) every expired message at the head of
+// q, as far as the queue type looks (see queue.popExpired).
+func (b *Broker) reapExpired(q *queue) {
+	for m := q.popExpired(b.now, b.version); m != nil; m = q.popExpired(b.now, b.version) {
+		b.deadLetter(q, m, "expired")
+	}
 }
 
 // serve hands ready messages to q's consumers after something freed or
@@ -322,13 +324,7 @@ func (b *Broker) dropExpired(q *queue) {
 	if q.ready == 0 {
 		return
 	}
-	for {
-		m := q.popExpired(b.now, b.version)
-		if m == nil {
-			break
-		}
-		b.deadLetter(q, m, "expired")
-	}
+	b.reapExpired(q)
 	at, ok := q.headDeadline(b.version)
 	if !ok || (!q.ttlArmed.IsZero() && !at.Add(time.Millisecond).Before(q.ttlArmed)) {
 		return
@@ -490,13 +486,7 @@ func (b *Broker) dispatch(q *queue) {
 			b.deliver(q, c, m)
 			continue
 		}
-		for {
-			m := q.popExpired(b.now, b.version)
-			if m == nil {
-				break
-			}
-			b.deadLetter(q, m, "expired")
-		}
+		b.reapExpired(q)
 		m := q.take(b.version)
 		if m == nil {
 			return

@@ -671,13 +671,7 @@ func (ch *Channel) Get(queue string, autoAck bool) (amqp.Delivery, bool, error) 
 		d.MessageCount = uint32(q.ready)
 		return d, true, nil
 	}
-	for {
-		m := q.popExpired(b.now, b.version)
-		if m == nil {
-			break
-		}
-		b.deadLetter(q, m, "expired")
-	}
+	b.reapExpired(q)
 	m := q.take(b.version)
 	if m == nil {
 		b.armHeadExpiry(q)
