@@ -1,0 +1,176 @@
+package rabbitmq
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// MaxHoldTTL is the longest TTL a hold queue is declared with, in
+// milliseconds: the largest signed 32-bit value.
+const MaxHoldTTL = 2147483647
+
+// maxNameLen is the longest queue name AMQP 0-9-1 can carry (a short string).
+const maxNameLen = 255
+
+// Topology options. The zero value of each field means its default.
+type Topology struct {
+	// DeadSuffix names a queue's dead-letter queue: q + DeadSuffix.
+	// Defaults to ".dead".
+	DeadSuffix string
+	// DeferredSuffix names a queue's hold queues: q + DeferredSuffix + "." +
+	// TTL in milliseconds. Defaults to ".deferred".
+	DeferredSuffix string
+	// RetryGranularity is what retry delays are rounded up to. It bounds how
+	// many hold queues a busy, failing queue can have at once: with a
+	// 5-minute backoff cap, 1 s allows up to 300 and 10 s up to 30.
+	// Defaults to 1 second; a positive value under a millisecond counts as
+	// one millisecond.
+	RetryGranularity time.Duration
+	// DeferredGranularity is what EnqueueAfter delays and deferrals are
+	// rounded up to. A Retry-After is a contract, so keep it fine.
+	// Defaults to 1 second; a positive value under a millisecond counts as
+	// one millisecond.
+	DeferredGranularity time.Duration
+}
+
+// WithDefaults returns t with every unset field at its default.
+func (t Topology) WithDefaults() Topology {
+	if t.DeadSuffix == "" {
+		t.DeadSuffix = ".dead"
+	}
+	if t.DeferredSuffix == "" {
+		t.DeferredSuffix = ".deferred"
+	}
+	if t.RetryGranularity == 0 {
+		t.RetryGranularity = time.Second
+	}
+	if t.DeferredGranularity == 0 {
+		t.DeferredGranularity = time.Second
+	}
+	return t
+}
+
+// Validate reports options that cannot work: negative granularities, and
+// suffixes that would put hold or dead-letter queues under "amq." or make
+// them collide with each other.
+func (t Topology) Validate() error {
+	t = t.WithDefaults()
+	switch {
+	case t.RetryGranularity < 0:
+		return fmt.Errorf("rabbitmq: RetryGranularity %s is negative", t.RetryGranularity)
+	case t.DeferredGranularity < 0:
+		return fmt.Errorf("rabbitmq: DeferredGranularity %s is negative", t.DeferredGranularity)
+	case t.DeadSuffix == t.DeferredSuffix:
+		return fmt.Errorf("rabbitmq: DeadSuffix and DeferredSuffix are both %q", t.DeadSuffix)
+	}
+	return nil
+}
+
+// DeadQueue is the name of queue's dead-letter queue.
+func (t Topology) DeadQueue(queue string) string { return queue + t.WithDefaults().DeadSuffix }
+
+// HoldQueue is the name of queue's hold queue for ttl milliseconds.
+func (t Topology) HoldQueue(queue string, ttl int64) string {
+	return queue + t.WithDefaults().DeferredSuffix + "." + strconv.FormatInt(ttl, 10)
+}
+
+// RetryTTL rounds a retry delay up to RetryGranularity and returns it in
+// milliseconds; see HoldTTL.
+func (t Topology) RetryTTL(delay time.Duration) (int64, error) {
+	return HoldTTL(delay, t.WithDefaults().RetryGranularity)
+}
+
+// DeferredTTL rounds an EnqueueAfter delay or a deferral up to
+// DeferredGranularity and returns it in milliseconds; see HoldTTL.
+func (t Topology) DeferredTTL(delay time.Duration) (int64, error) {
+	return HoldTTL(delay, t.WithDefaults().DeferredGranularity)
+}
+
+// HoldTTL rounds delay up to a whole multiple of granularity (a
+// granularity under a millisecond counts as one) and returns it in whole
+// milliseconds, rounding up again: a job is never released early. A delay
+// of zero or less is 0, meaning "publish to the work queue now". A rounded
+// delay over MaxHoldTTL is an error wrapping queuey.ErrDelayTooLong.
+func HoldTTL(delay, granularity time.Duration) (int64, error) {
+	if delay <= 0 {
+		return 0, nil
+	}
+	granularity = max(granularity, time.Millisecond)
+	limit := time.Duration(MaxHoldTTL) * time.Millisecond
+	if delay > limit {
+		return 0, fmt.Errorf("%w: %s is over the %s a hold queue can wait", queuey.ErrDelayTooLong, delay, limit)
+	}
+	steps := (delay + granularity - 1) / granularity // no overflow: delay ≤ ~24.8 days
+	rounded := steps * granularity
+	ms := int64((rounded + time.Millisecond - 1) / time.Millisecond)
+	if ms > MaxHoldTTL {
+		return 0, fmt.Errorf("%w: %s rounds up to %s, over the %s a hold queue can wait",
+			queuey.ErrDelayTooLong, delay, time.Duration(ms)*time.Millisecond, limit)
+	}
+	return ms, nil
+}
+
+// HoldQueueArgs are the declaration arguments of queue's hold queue for ttl
+// milliseconds: a pure function of what its name encodes. The type is set
+// explicitly so that a vhost whose default queue type is quorum cannot turn
+// it into a queue whose x-expires lease is not renewed by declaring it.
+func HoldQueueArgs(queue string, ttl int64) amqp.Table {
+	return amqp.Table{
+		"x-queue-type":              "classic",
+		"x-message-ttl":             ttl,
+		"x-expires":                 2 * ttl,
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": queue,
+	}
+}
+
+// WorkQueueArgs are the declaration arguments of the work queue. A classic
+// queue with maxPriority 0 gets none at all, declared exactly as a plain
+// queue; a quorum queue never gets x-max-priority (RabbitMQ refuses it) and
+// dead-letters to deadQueue, where a message past the delivery limit lands.
+func WorkQueueArgs(quorum bool, maxPriority uint8, deadQueue string) amqp.Table {
+	if quorum {
+		return amqp.Table{
+			"x-queue-type":              "quorum",
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": deadQueue,
+		}
+	}
+	if maxPriority == 0 {
+		return nil
+	}
+	return amqp.Table{"x-max-priority": int32(maxPriority)}
+}
+
+// CheckQueueName refuses a queue name this topology cannot serve, before
+// anything reaches the client library: an empty name, the reserved "amq."
+// prefix, invalid UTF-8, or a name whose longest hold queue
+// (q + DeferredSuffix + ".2147483647") or dead-letter queue would exceed
+// 255 bytes. amqp091 would send an over-long name's truncation or break the
+// whole connection; this error names the queue instead.
+func (t Topology) CheckQueueName(queue string) error {
+	t = t.WithDefaults()
+	switch {
+	case queue == "":
+		return fmt.Errorf("rabbitmq: queue name is empty")
+	case strings.HasPrefix(queue, "amq."):
+		return fmt.Errorf("rabbitmq: queue %q: the prefix amq. is reserved by RabbitMQ", queue)
+	case !utf8.ValidString(queue):
+		return fmt.Errorf("rabbitmq: queue %q: name is not valid UTF-8", queue)
+	}
+	if hold := t.HoldQueue(queue, MaxHoldTTL); len(hold) > maxNameLen {
+		return fmt.Errorf("rabbitmq: queue %q: name too long: its longest hold queue name would be %d bytes, over the %d AMQP allows",
+			queue, len(hold), maxNameLen)
+	}
+	if dead := t.DeadQueue(queue); len(dead) > maxNameLen {
+		return fmt.Errorf("rabbitmq: queue %q: name too long: its dead-letter queue name would be %d bytes, over the %d AMQP allows",
+			queue, len(dead), maxNameLen)
+	}
+	return nil
+}
