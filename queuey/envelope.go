@@ -1,0 +1,548 @@
+package queuey
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// EnvelopeVersion is the wire format version this package writes and reads.
+const EnvelopeVersion = 1
+
+// ErrMalformedEnvelope is matched, with errors.Is, by every error
+// DecodeEnvelope returns and by every validation error Encode returns. The
+// error itself is an *EnvelopeError that says which field is at fault.
+var ErrMalformedEnvelope = errors.New("queuey: malformed envelope")
+
+// EnvelopeError is the error DecodeEnvelope and Envelope.Encode return for an
+// envelope that breaks the wire format. It matches ErrMalformedEnvelope with
+// errors.Is.
+type EnvelopeError struct {
+	// Field is the wire key at fault: one of "v", "id", "kind", "queue",
+	// "payload", "attempt", "deferrals", "priority", "enqueued_at", "ext", or
+	// the offending key itself for an unknown or duplicated top-level key. It
+	// is empty for a problem with the body as a whole, such as a body that is
+	// not JSON or not an object.
+	Field string
+
+	// Reason says what is wrong, in lower case and without a trailing period.
+	Reason string
+}
+
+// Error returns `queuey: invalid envelope: field "attempt": must be at least
+// 1, got 0`, or `queuey: invalid envelope: <reason>` when Field is empty.
+func (e *EnvelopeError) Error() string {
+	if e.Field == "" {
+		return "queuey: invalid envelope: " + e.Reason
+	}
+	return fmt.Sprintf("queuey: invalid envelope: field %q: %s", e.Field, e.Reason)
+}
+
+// Is reports whether target is ErrMalformedEnvelope.
+func (e *EnvelopeError) Is(target error) bool {
+	return target == ErrMalformedEnvelope
+}
+
+// Wire keys of an envelope, in the order Encode writes them.
+const (
+	envelopeKeyVersion    = "v"
+	envelopeKeyID         = "id"
+	envelopeKeyKind       = "kind"
+	envelopeKeyQueue      = "queue"
+	envelopeKeyPayload    = "payload"
+	envelopeKeyAttempt    = "attempt"
+	envelopeKeyDeferrals  = "deferrals"
+	envelopeKeyPriority   = "priority"
+	envelopeKeyEnqueuedAt = "enqueued_at"
+	envelopeKeyExt        = "ext"
+)
+
+// envelopeTimeLayout is RFC 3339 with exactly nine fractional digits. Encode
+// always writes UTC, so the zone is always "Z".
+const envelopeTimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+// Envelope is a job as it travels on a queue: the job's arguments plus what a
+// worker needs to run it, settle it and log it.
+//
+// # Wire format, version 1
+//
+// An envelope is one UTF-8 JSON object (RFC 8259) with these keys:
+//
+//	key          required  JSON type              rule
+//	v            yes       integer                must be 1 (EnvelopeVersion)
+//	id           yes       string                 the job id; not empty
+//	kind         yes       string                 the job kind, which selects the handler; not empty
+//	queue        yes       string                 the logical queue name; not empty
+//	payload      yes       any JSON value         the job's arguments; null is allowed
+//	attempt      yes       integer                1-based number of the next run (1 for a new job); >= 1
+//	deferrals    no        integer                times a handler deferred the job; >= 0; absent means 0
+//	priority     no        integer                AMQP priority the job was published with; 0..255; absent means 0
+//	enqueued_at  yes       string                 when the job was first enqueued; RFC 3339; not 0001-01-01T00:00:00Z
+//	ext          no        object                 extension fields of any JSON value; absent means none
+//
+// For example:
+//
+//	{"v":1,"id":"job-1","kind":"send_email","queue":"emails","payload":{"to":"a@example.com"},
+//	 "attempt":1,"deferrals":0,"priority":0,"enqueued_at":"2025-01-02T03:04:05.123456789Z"}
+//
+// Readers are strict, so that what one producer writes means the same thing
+// to every consumer:
+//
+//   - the body is exactly one JSON object, with nothing but JSON whitespace
+//     after it, and is valid UTF-8;
+//   - a key appears at most once, at the top level and inside "ext";
+//   - a key not in the table is refused: new fields go in "ext", which needs
+//     no version bump, and anything that changes the meaning of an existing
+//     field gets a new version;
+//   - every value has the type in the table: an integer is written with
+//     digits only (no quotes, fraction or exponent, so 1.0 and 1e0 are
+//     refused), and null is accepted only as the payload;
+//   - "v" is checked before any other rule, so a body of another version is
+//     reported as such (naming the version) rather than as, say, an unknown
+//     key;
+//   - "enqueued_at" may carry any offset and any number of fractional digits;
+//     it must still lie within the years 0000 to 9999 once converted to UTC.
+//
+// Writers (Encode) produce the keys in the order of the table, with no
+// insignificant whitespace, "deferrals" and "priority" always present, "ext"
+// only when it has entries (its keys in byte order), characters such as <, >
+// and & unescaped, and "enqueued_at" in UTC with exactly nine fractional
+// digits, e.g. "2025-01-02T03:04:05.120000000Z". Encoding is canonical: two
+// equal envelopes encode to the same bytes, and decoding then encoding an
+// envelope written by Encode reproduces it byte for byte.
+//
+// # Decoded values
+//
+// DecodeEnvelope returns EnqueuedAt in UTC, Payload and the Ext values
+// compacted (insignificant whitespace removed, nothing else changed), and a
+// nil Ext when the body has none or an empty object.
+type Envelope struct {
+	// Version is the wire format version. DecodeEnvelope sets it to
+	// EnvelopeVersion. Encode accepts EnvelopeVersion or 0 (meaning the
+	// current version) and always writes EnvelopeVersion.
+	Version int
+
+	// ID is the job id. Must not be empty.
+	ID string
+
+	// Kind is the job kind, which selects the handler. Must not be empty.
+	Kind string
+
+	// Queue is the logical queue name. Must not be empty.
+	Queue string
+
+	// Payload is the job's arguments as JSON: any valid JSON value, including
+	// null. A nil or empty Payload is not valid JSON and is refused; use
+	// json.RawMessage("null") for a job without arguments.
+	Payload json.RawMessage
+
+	// Attempt is the 1-based number of the next run: 1 for a new job. Must be
+	// at least 1.
+	Attempt int
+
+	// Deferrals is how many times a handler deferred the job. Must not be
+	// negative.
+	Deferrals int
+
+	// Priority is an informational copy of the AMQP priority the envelope is
+	// published with. The broker orders by the message property, not by this.
+	Priority uint8
+
+	// EnqueuedAt is when the job was first enqueued. Must not be the zero
+	// time, and must lie within the years 0000 to 9999 in UTC. It is written
+	// in UTC with nanosecond precision; any monotonic clock reading is lost.
+	EnqueuedAt time.Time
+
+	// Ext holds extension fields: room to grow without a version bump. Each
+	// value must be valid JSON. Omitted from the wire when empty.
+	Ext map[string]json.RawMessage
+}
+
+// envelopeWire is the wire form of an Envelope. Its field order is the order
+// of the keys on the wire.
+type envelopeWire struct {
+	Version    int                        `json:"v"`
+	ID         string                     `json:"id"`
+	Kind       string                     `json:"kind"`
+	Queue      string                     `json:"queue"`
+	Payload    json.RawMessage            `json:"payload"`
+	Attempt    int                        `json:"attempt"`
+	Deferrals  int                        `json:"deferrals"`
+	Priority   uint8                      `json:"priority"`
+	EnqueuedAt string                     `json:"enqueued_at"`
+	Ext        map[string]json.RawMessage `json:"ext,omitempty"`
+}
+
+// Encode validates e and returns its wire form, as described on Envelope. An
+// invalid envelope gets an *EnvelopeError naming the field at fault and no
+// bytes.
+func (e Envelope) Encode() ([]byte, error) {
+	if err := e.validate(); err != nil {
+		return nil, err
+	}
+	wire := envelopeWire{
+		Version:    EnvelopeVersion,
+		ID:         e.ID,
+		Kind:       e.Kind,
+		Queue:      e.Queue,
+		Payload:    e.Payload,
+		Attempt:    e.Attempt,
+		Deferrals:  e.Deferrals,
+		Priority:   e.Priority,
+		EnqueuedAt: e.EnqueuedAt.UTC().Format(envelopeTimeLayout),
+		Ext:        e.Ext,
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(wire); err != nil {
+		// Unreachable after validate; reported rather than hidden.
+		return nil, &EnvelopeError{Reason: "cannot encode: " + err.Error()}
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// validate checks e against the rules of the wire format, in wire key order.
+func (e Envelope) validate() error {
+	if e.Version != 0 && e.Version != EnvelopeVersion {
+		return &EnvelopeError{Field: envelopeKeyVersion, Reason: fmt.Sprintf(
+			"unsupported version %d (this package writes version %d)", e.Version, EnvelopeVersion)}
+	}
+	for _, f := range []struct{ key, value string }{
+		{envelopeKeyID, e.ID},
+		{envelopeKeyKind, e.Kind},
+		{envelopeKeyQueue, e.Queue},
+	} {
+		if f.value == "" {
+			return &EnvelopeError{Field: f.key, Reason: "must not be empty"}
+		}
+		if !utf8.ValidString(f.value) {
+			return &EnvelopeError{Field: f.key, Reason: "must be valid UTF-8"}
+		}
+	}
+	if reason := checkEnvelopeJSON(e.Payload); reason != "" {
+		if len(e.Payload) == 0 {
+			reason += " (use null for a job without arguments)"
+		}
+		return &EnvelopeError{Field: envelopeKeyPayload, Reason: reason}
+	}
+	if e.Attempt < 1 {
+		return &EnvelopeError{Field: envelopeKeyAttempt, Reason: fmt.Sprintf("must be at least 1, got %d", e.Attempt)}
+	}
+	if e.Deferrals < 0 {
+		return &EnvelopeError{Field: envelopeKeyDeferrals, Reason: fmt.Sprintf("must not be negative, got %d", e.Deferrals)}
+	}
+	if reason := checkEnvelopeTime(e.EnqueuedAt); reason != "" {
+		return &EnvelopeError{Field: envelopeKeyEnqueuedAt, Reason: reason}
+	}
+	for _, key := range slices.Sorted(maps.Keys(e.Ext)) {
+		if !utf8.ValidString(key) {
+			return &EnvelopeError{Field: envelopeKeyExt, Reason: fmt.Sprintf("key %q is not valid UTF-8", key)}
+		}
+		if reason := checkEnvelopeJSON(e.Ext[key]); reason != "" {
+			return &EnvelopeError{Field: envelopeKeyExt, Reason: fmt.Sprintf("key %q: value %s", key, reason)}
+		}
+	}
+	return nil
+}
+
+// checkEnvelopeJSON returns why raw cannot be written as a JSON value, or ""
+// if it can.
+func checkEnvelopeJSON(raw []byte) string {
+	switch {
+	case len(raw) == 0:
+		return "must be valid JSON, got nothing"
+	case !json.Valid(raw):
+		return "must be valid JSON"
+	case !utf8.Valid(raw):
+		return "must be valid UTF-8"
+	}
+	return ""
+}
+
+// checkEnvelopeTime returns why t cannot be an enqueued_at, or "" if it can.
+func checkEnvelopeTime(t time.Time) string {
+	if t.IsZero() {
+		return "must be set, got the zero time"
+	}
+	// RFC 3339 has four-digit years only.
+	if y := t.UTC().Year(); y < 0 || y > 9999 {
+		return fmt.Sprintf("year %d in UTC is outside 0000 to 9999", y)
+	}
+	return ""
+}
+
+// DecodeEnvelope parses body strictly, by the rules on Envelope. Every error
+// it returns is an *EnvelopeError and matches ErrMalformedEnvelope. A body of
+// another version gets an error for field "v" that names the version.
+func DecodeEnvelope(body []byte) (Envelope, error) {
+	fields, unknown, err := splitEnvelopeObject(body)
+	if err != nil {
+		return Envelope{}, err
+	}
+
+	// The version comes first: every other rule belongs to version 1.
+	rawVersion, ok := fields[envelopeKeyVersion]
+	if !ok {
+		return Envelope{}, &EnvelopeError{Field: envelopeKeyVersion, Reason: "missing"}
+	}
+	version, err := decodeEnvelopeInt(envelopeKeyVersion, rawVersion)
+	if err != nil {
+		return Envelope{}, err
+	}
+	if version != EnvelopeVersion {
+		return Envelope{}, &EnvelopeError{Field: envelopeKeyVersion, Reason: fmt.Sprintf(
+			"unsupported version %d (this package reads version %d)", version, EnvelopeVersion)}
+	}
+
+	if unknown != "" {
+		return Envelope{}, &EnvelopeError{Field: unknown, Reason: `unknown key (extension fields go in "ext")`}
+	}
+	for _, key := range []string{
+		envelopeKeyID, envelopeKeyKind, envelopeKeyQueue, envelopeKeyPayload,
+		envelopeKeyAttempt, envelopeKeyEnqueuedAt,
+	} {
+		if _, ok := fields[key]; !ok {
+			return Envelope{}, &EnvelopeError{Field: key, Reason: "missing"}
+		}
+	}
+
+	e := Envelope{Version: EnvelopeVersion}
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{
+		{envelopeKeyID, &e.ID},
+		{envelopeKeyKind, &e.Kind},
+		{envelopeKeyQueue, &e.Queue},
+	} {
+		if *f.dst, err = decodeEnvelopeString(f.key, fields[f.key]); err != nil {
+			return Envelope{}, err
+		}
+		if *f.dst == "" {
+			return Envelope{}, &EnvelopeError{Field: f.key, Reason: "must not be empty"}
+		}
+	}
+
+	e.Payload = compactEnvelopeJSON(fields[envelopeKeyPayload])
+
+	attempt, err := decodeEnvelopeInt(envelopeKeyAttempt, fields[envelopeKeyAttempt])
+	if err != nil {
+		return Envelope{}, err
+	}
+	if attempt < 1 {
+		return Envelope{}, &EnvelopeError{Field: envelopeKeyAttempt, Reason: fmt.Sprintf("must be at least 1, got %d", attempt)}
+	}
+	e.Attempt = attempt
+
+	if raw, ok := fields[envelopeKeyDeferrals]; ok {
+		deferrals, err := decodeEnvelopeInt(envelopeKeyDeferrals, raw)
+		if err != nil {
+			return Envelope{}, err
+		}
+		if deferrals < 0 {
+			return Envelope{}, &EnvelopeError{Field: envelopeKeyDeferrals, Reason: fmt.Sprintf("must not be negative, got %d", deferrals)}
+		}
+		e.Deferrals = deferrals
+	}
+
+	if raw, ok := fields[envelopeKeyPriority]; ok {
+		priority, err := decodeEnvelopeInt(envelopeKeyPriority, raw)
+		if err != nil {
+			return Envelope{}, err
+		}
+		if priority < 0 || priority > 255 {
+			return Envelope{}, &EnvelopeError{Field: envelopeKeyPriority, Reason: fmt.Sprintf("must be between 0 and 255, got %d", priority)}
+		}
+		e.Priority = uint8(priority)
+	}
+
+	enqueuedAt, err := decodeEnvelopeString(envelopeKeyEnqueuedAt, fields[envelopeKeyEnqueuedAt])
+	if err != nil {
+		return Envelope{}, err
+	}
+	if err := e.EnqueuedAt.UnmarshalText([]byte(enqueuedAt)); err != nil {
+		return Envelope{}, &EnvelopeError{Field: envelopeKeyEnqueuedAt, Reason: "must be an RFC 3339 time, got " + envelopeSnippet([]byte(strconv.Quote(enqueuedAt)))}
+	}
+	e.EnqueuedAt = e.EnqueuedAt.UTC()
+	if reason := checkEnvelopeTime(e.EnqueuedAt); reason != "" {
+		return Envelope{}, &EnvelopeError{Field: envelopeKeyEnqueuedAt, Reason: reason}
+	}
+
+	if raw, ok := fields[envelopeKeyExt]; ok {
+		if e.Ext, err = decodeEnvelopeExt(raw); err != nil {
+			return Envelope{}, err
+		}
+	}
+	return e, nil
+}
+
+// splitEnvelopeObject checks that body is one JSON object in UTF-8 and returns
+// its members, each value as raw JSON, and the first key (in body order) that
+// is not an envelope key, if any. A duplicated key is an error.
+func splitEnvelopeObject(body []byte) (fields map[string]json.RawMessage, unknown string, err error) {
+	if !utf8.Valid(body) {
+		return nil, "", &EnvelopeError{Reason: "body is not valid UTF-8"}
+	}
+	if !json.Valid(body) {
+		return nil, "", &EnvelopeError{Reason: "body is not valid JSON (or has data after the value)"}
+	}
+	if kind := envelopeJSONKind(body); kind != "object" {
+		return nil, "", &EnvelopeError{Reason: "body must be a JSON object, got " + kind}
+	}
+	fields = make(map[string]json.RawMessage, 10)
+	err = eachEnvelopeMember(body, func(key string, value json.RawMessage) error {
+		if _, dup := fields[key]; dup {
+			return &EnvelopeError{Field: key, Reason: "duplicate key"}
+		}
+		fields[key] = value
+		if unknown == "" && !isEnvelopeKey(key) {
+			unknown = key
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return fields, unknown, nil
+}
+
+// isEnvelopeKey reports whether key is a top-level key of the wire format.
+func isEnvelopeKey(key string) bool {
+	switch key {
+	case envelopeKeyVersion, envelopeKeyID, envelopeKeyKind, envelopeKeyQueue,
+		envelopeKeyPayload, envelopeKeyAttempt, envelopeKeyDeferrals,
+		envelopeKeyPriority, envelopeKeyEnqueuedAt, envelopeKeyExt:
+		return true
+	}
+	return false
+}
+
+// eachEnvelopeMember calls fn with each member of the JSON object obj, which
+// must already be known to be a valid JSON object, in order.
+func eachEnvelopeMember(obj []byte, fn func(key string, value json.RawMessage) error) error {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.Token(); err != nil { // '{'
+		return &EnvelopeError{Reason: "cannot read object: " + err.Error()}
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return &EnvelopeError{Reason: "cannot read object: " + err.Error()}
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return &EnvelopeError{Reason: fmt.Sprintf("cannot read object: key is %T", tok)}
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return &EnvelopeError{Reason: "cannot read object: " + err.Error()}
+		}
+		if err := fn(key, value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// envelopeJSONKind names the type of the valid JSON value raw.
+func envelopeJSONKind(raw []byte) string {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// decodeEnvelopeString decodes the JSON string raw, the value of key.
+func decodeEnvelopeString(key string, raw json.RawMessage) (string, error) {
+	if kind := envelopeJSONKind(raw); kind != "string" {
+		return "", &EnvelopeError{Field: key, Reason: "must be a string, got " + kind}
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", &EnvelopeError{Field: key, Reason: "must be a string: " + err.Error()}
+	}
+	return s, nil
+}
+
+// decodeEnvelopeInt decodes raw, the value of key, as an integer written with
+// digits only, and returns it if it fits an int.
+func decodeEnvelopeInt(key string, raw json.RawMessage) (int, error) {
+	if kind := envelopeJSONKind(raw); kind != "number" {
+		return 0, &EnvelopeError{Field: key, Reason: "must be an integer, got " + kind}
+	}
+	if bytes.ContainsAny(raw, ".eE") {
+		return 0, &EnvelopeError{Field: key, Reason: "must be an integer without fraction or exponent, got " + envelopeSnippet(raw)}
+	}
+	n, err := strconv.ParseInt(string(raw), 10, strconv.IntSize)
+	if err != nil {
+		return 0, &EnvelopeError{Field: key, Reason: "integer out of range, got " + envelopeSnippet(raw)}
+	}
+	return int(n), nil
+}
+
+// decodeEnvelopeExt decodes the value of "ext": an object whose values are
+// kept as compacted raw JSON. An empty object gives a nil map.
+func decodeEnvelopeExt(raw json.RawMessage) (map[string]json.RawMessage, error) {
+	if kind := envelopeJSONKind(raw); kind != "object" {
+		return nil, &EnvelopeError{Field: envelopeKeyExt, Reason: "must be an object, got " + kind}
+	}
+	var ext map[string]json.RawMessage
+	err := eachEnvelopeMember(raw, func(key string, value json.RawMessage) error {
+		if _, dup := ext[key]; dup {
+			return &EnvelopeError{Field: envelopeKeyExt, Reason: fmt.Sprintf("duplicate key %q", key)}
+		}
+		if ext == nil {
+			ext = make(map[string]json.RawMessage)
+		}
+		ext[key] = compactEnvelopeJSON(value)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ext, nil
+}
+
+// compactEnvelopeJSON returns a compacted copy of the valid JSON value raw.
+func compactEnvelopeJSON(raw json.RawMessage) json.RawMessage {
+	var buf bytes.Buffer
+	buf.Grow(len(raw))
+	if err := json.Compact(&buf, raw); err != nil {
+		// raw came out of a valid body; keep it as it is rather than lose it.
+		return bytes.Clone(raw)
+	}
+	return buf.Bytes()
+}
+
+// envelopeSnippet returns raw for an error message, shortened if long.
+func envelopeSnippet(raw []byte) string {
+	const limit = 40
+	if len(raw) <= limit {
+		return string(raw)
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(raw[cut]) {
+		cut--
+	}
+	return string(raw[:cut]) + "…"
+}

@@ -1,0 +1,149 @@
+package queuey
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// ProducerConfig configures a Producer. The zero value is ready to use.
+type ProducerConfig struct {
+	// Logger receives the producer's logs. Defaults to discarding them.
+	Logger *slog.Logger
+	// Clock stamps EnqueuedAt. Defaults to the real clock.
+	Clock clock.Clock
+	// NewID returns a fresh job ID. Defaults to 16 random bytes in hex.
+	NewID func() string
+}
+
+func (c ProducerConfig) withDefaults() ProducerConfig {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.New()
+	}
+	if c.NewID == nil {
+		c.NewID = randomID
+	}
+	return c
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Producer enqueues jobs. It is safe for concurrent use.
+type Producer struct {
+	backend Backend
+	cfg     ProducerConfig
+	mu      sync.Mutex
+	queues  map[string]QueueConfig // declared through this producer's backend
+}
+
+// NewProducer validates the queues, declares them (with their dead-letter
+// queues) through backend, and returns a producer for them.
+func NewProducer(ctx context.Context, backend Backend, queues []QueueConfig, cfg ProducerConfig) (*Producer, error) {
+	p := NewUndeclaredProducer(backend, cfg)
+	declared, err := declare(ctx, backend, queues)
+	if err != nil {
+		return nil, err
+	}
+	p.queues = declared
+	return p, nil
+}
+
+// NewUndeclaredProducer returns a producer that declares nothing, for a
+// process that must not touch the topology. It can Enqueue; EnqueueAfter
+// and Defer return ErrUnknownQueue, because a hold queue expiring into a
+// queue this process never declared could lose the job silently.
+func NewUndeclaredProducer(backend Backend, cfg ProducerConfig) *Producer {
+	return &Producer{backend: backend, cfg: cfg.withDefaults(), queues: map[string]QueueConfig{}}
+}
+
+// declare validates and declares queues, returning them by name.
+func declare(ctx context.Context, backend Backend, queues []QueueConfig) (map[string]QueueConfig, error) {
+	out := make(map[string]QueueConfig, len(queues))
+	for i, q := range queues {
+		if err := q.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := out[q.Name]; dup {
+			return nil, fmt.Errorf("queuey: queue %q is defined twice", q.Name)
+		}
+		q = q.WithDefaults()
+		queues[i] = q
+		out[q.Name] = q
+	}
+	if err := backend.Declare(ctx, queues...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Enqueue publishes a job to run as soon as a worker takes it, at priority
+// 0, and returns its ID once the broker has confirmed it.
+func (p *Producer) Enqueue(ctx context.Context, args JobArgs) (string, error) {
+	return p.publish(ctx, args, 0, enqueueNow)
+}
+
+// EnqueueAfter publishes a job to run after delay (rounded up, never down,
+// to the backend's deferred granularity), joining the back of its queue at
+// priority 0. The queue must have been declared by NewProducer.
+func (p *Producer) EnqueueAfter(ctx context.Context, args JobArgs, delay time.Duration) (string, error) {
+	return p.publish(ctx, args, delay, enqueueAfter)
+}
+
+// Defer publishes a job to run after delay, like EnqueueAfter, but at its
+// queue's top priority, so it runs ahead of the backlog that piled up
+// meanwhile. Its deferral count stays 0: the producer scheduled it, nothing
+// deferred it. The queue must have been declared by NewProducer.
+func (p *Producer) Defer(ctx context.Context, args JobArgs, delay time.Duration) (string, error) {
+	return p.publish(ctx, args, delay, enqueueDeferred)
+}
+
+// enqueueMode is which of the three producer calls is publishing.
+type enqueueMode int
+
+const (
+	enqueueNow enqueueMode = iota
+	enqueueAfter
+	enqueueDeferred
+)
+
+func (p *Producer) publish(ctx context.Context, args JobArgs, delay time.Duration, mode enqueueMode) (string, error) {
+	queue := args.Queue()
+	p.mu.Lock()
+	q, declared := p.queues[queue]
+	p.mu.Unlock()
+	if mode != enqueueNow && !declared {
+		return "", fmt.Errorf("%w: %q was not declared by this producer", ErrUnknownQueue, queue)
+	}
+	var priority uint8
+	if mode == enqueueDeferred {
+		priority = q.TopPriority()
+	}
+	payload, err := json.Marshal(args)
+	if err != nil {
+		return "", fmt.Errorf("queuey: encoding %s: %w", args.Kind(), err)
+	}
+	env := Envelope{
+		Version: EnvelopeVersion, ID: p.cfg.NewID(), Kind: args.Kind(), Queue: queue,
+		Payload: payload, Attempt: 1, Priority: priority, EnqueuedAt: p.cfg.Clock.Now().UTC(),
+	}
+	if err := p.backend.Publish(ctx, env, delay, HoldDeferred); err != nil {
+		return "", err
+	}
+	p.cfg.Logger.DebugContext(ctx, "queuey: enqueued", slog.String("job_id", env.ID), slog.String("kind", env.Kind),
+		slog.String("queue", queue), slog.Duration("delay", delay), slog.Int("priority", int(priority)))
+	return env.ID, nil
+}
