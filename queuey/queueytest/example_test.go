@@ -1,0 +1,88 @@
+package queueytest_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/queuey/queueytest"
+)
+
+// CallAPI calls a rate-limited external API.
+type CallAPI struct {
+	URL string `json:"url"`
+}
+
+func (CallAPI) Kind() string  { return "call-api" }
+func (CallAPI) Queue() string { return "api" }
+
+// A producer schedules a call it already knows cannot happen yet: Defer
+// holds it for 30 s, then it runs ahead of the backlog, at its first
+// attempt, with no deferral counted (the producer scheduled it; nothing
+// deferred it).
+func Example_deferFromProducer() {
+	t := &exampleT{}
+	defer t.done()
+	h := queueytest.New(t, queueytest.Options{}, queuey.QueueConfig{Name: "api", Prefetch: 1})
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[CallAPI]) error { return nil })
+	h.Start()
+
+	id, err := h.Producer.Defer(context.Background(), CallAPI{URL: "https://example.com/scheduled"}, 30*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("held %d, pending %d\n", h.Held("api"), h.Pending("api"))
+
+	h.Advance(30 * time.Second)
+	h.WaitFor("the held job to run", func() bool { return len(h.Log.RunsOf(id)) == 1 })
+	run := h.Log.RunsOf(id)[0]
+	fmt.Printf("ran at attempt %d, deferrals %d, priority %d\n", run.Attempt, run.Deferrals, run.Priority)
+	// Output:
+	// held 1, pending 0
+	// ran at attempt 1, deferrals 0, priority 10
+}
+
+// A handler answered 429 Too Many Requests with Retry-After: 30 defers:
+// no attempt is spent, the retry policy is not consulted, and the job comes
+// back after 30 s at the queue's top priority with its deferral counted.
+func Example_rateLimitedDeferral() {
+	t := &exampleT{}
+	defer t.done()
+	h := queueytest.New(t, queueytest.Options{}, queuey.QueueConfig{Name: "api", Prefetch: 1})
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[CallAPI]) error {
+		if job.Deferrals == 0 {
+			return queuey.Defer(30*time.Second, "429 Too Many Requests")
+		}
+		return nil
+	})
+	h.Start()
+	id, _ := h.Producer.Enqueue(context.Background(), CallAPI{URL: "https://example.com/limited"})
+	h.WaitFor("the deferral to be held", func() bool { return h.Held("api") == 1 })
+	h.Advance(29 * time.Second)
+	fmt.Printf("after 29 s: held %d, runs %d\n", h.Held("api"), len(h.Log.RunsOf(id)))
+	h.Advance(time.Second)
+	h.WaitFor("the deferred job to run again", func() bool { return len(h.Log.RunsOf(id)) == 2 })
+	for _, run := range h.Log.RunsOf(id) {
+		fmt.Printf("attempt %d, deferrals %d, priority %d, err %v\n", run.Attempt, run.Deferrals, run.Priority, run.Err)
+	}
+	// Output:
+	// after 29 s: held 1, runs 1
+	// attempt 1, deferrals 0, priority 0, err queuey: deferred for 30s: 429 Too Many Requests
+	// attempt 1, deferrals 1, priority 10, err <nil>
+}
+
+// exampleT stands in for *testing.T in a runnable example.
+type exampleT struct{ cleanups []func() }
+
+func (*exampleT) Helper()                        {}
+func (*exampleT) Fatal(args ...any)              { panic(fmt.Sprint(args...)) }
+func (*exampleT) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+func (*exampleT) Errorf(format string, a ...any) { fmt.Printf(format+"\n", a...) }
+func (t *exampleT) Cleanup(f func())             { t.cleanups = append(t.cleanups, f) }
+func (t *exampleT) done() {
+	for i := len(t.cleanups) - 1; i >= 0; i-- {
+		t.cleanups[i]()
+	}
+}

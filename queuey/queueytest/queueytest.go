@@ -1,0 +1,225 @@
+// Package queueytest runs queuey jobs in a test, in virtual time, on
+// membroker: the in-memory model of RabbitMQ that the rabbitmq backend runs
+// on unchanged. A handler test can then say what a deferral means on a real
+// broker (held, not deliverable; then run at the right attempt, deferral
+// count and priority) in milliseconds, with no broker.
+package queueytest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/rabbitmq"
+)
+
+// TB is the part of testing.TB the harness uses; *testing.T satisfies it.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Cleanup(func())
+}
+
+// Harness is a producer and a worker for some queues, on a membroker
+// broker driven by a mock clock.
+type Harness struct {
+	t        TB
+	Broker   *membroker.Broker
+	Clock    *clock.Mock
+	Backend  *rabbitmq.Backend
+	Producer *queuey.Producer
+	Worker   *queuey.Worker
+	Log      *RunLog
+	topology rabbitmq.Topology
+	started  bool
+}
+
+// Options configures New. The zero value is ready to use.
+type Options struct {
+	// Version is the RabbitMQ profile. Defaults to membroker.RabbitMQ43.
+	Version membroker.Version
+	// Topology overrides the backend's suffixes and granularities.
+	Topology rabbitmq.Topology
+	// Worker configures the worker; its Clock is always the harness's.
+	Worker queuey.WorkerConfig
+}
+
+// New builds a harness for queues: a broker, a backend, a producer and a
+// worker, with every queue declared. Register handlers with Handle, then
+// Start the worker. Everything stops when the test ends.
+func New(t TB, opts Options, queues ...queuey.QueueConfig) *Harness {
+	t.Helper()
+	clk := clock.NewMock()
+	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	b := membroker.New(membroker.Config{Clock: clk, Version: opts.Version})
+	conn, err := b.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	backend, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: opts.Topology})
+	if err != nil {
+		t.Fatalf("queueytest: backend: %v", err)
+	}
+	t.Cleanup(func() { _ = backend.Close() })
+	ctx := context.Background()
+	producer, err := queuey.NewProducer(ctx, backend, append([]queuey.QueueConfig(nil), queues...), queuey.ProducerConfig{Clock: clk})
+	if err != nil {
+		t.Fatalf("queueytest: producer: %v", err)
+	}
+	wcfg := opts.Worker
+	wcfg.Clock = clk
+	worker, err := queuey.NewWorker(ctx, backend, append([]queuey.QueueConfig(nil), queues...), wcfg)
+	if err != nil {
+		t.Fatalf("queueytest: worker: %v", err)
+	}
+	return &Harness{t: t, Broker: b, Clock: clk, Backend: backend, Producer: producer, Worker: worker,
+		Log: &RunLog{}, topology: opts.Topology.WithDefaults()}
+}
+
+// Handle registers fn for jobs of T's kind, recording every run in h.Log,
+// a run that panics included (the panic then goes on to the worker).
+func Handle[T queuey.JobArgs](h *Harness, fn func(ctx context.Context, job *queuey.Job[T]) error) {
+	h.t.Helper()
+	err := queuey.Register(h.Worker, queuey.HandlerFunc[T](func(ctx context.Context, job *queuey.Job[T]) error {
+		defer func() {
+			if v := recover(); v != nil {
+				h.Log.add(Run{JobContext: job.JobContext, Err: fmt.Errorf("panic: %v", v)})
+				panic(v)
+			}
+		}()
+		err := fn(ctx, job)
+		h.Log.add(Run{JobContext: job.JobContext, Err: err})
+		return err
+	}))
+	if err != nil {
+		h.t.Fatalf("queueytest: %v", err)
+	}
+}
+
+// Start runs the worker until the test ends.
+func (h *Harness) Start() {
+	h.t.Helper()
+	if h.started {
+		h.t.Fatal("queueytest: Start called twice")
+	}
+	h.started = true
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Worker.Run(ctx) }()
+	h.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			h.t.Errorf("queueytest: worker: %v", err)
+		}
+	})
+}
+
+// Advance moves virtual time forward: hold queues expire, waits end.
+func (h *Harness) Advance(d time.Duration) { h.Clock.Add(d) }
+
+// Pending counts a queue's jobs ready to be delivered.
+func (h *Harness) Pending(queue string) int {
+	q, _ := h.Broker.Queue(queue)
+	return q.Ready
+}
+
+// Held counts a queue's jobs waiting in its hold queues.
+func (h *Harness) Held(queue string) int {
+	prefix := queue + h.topology.DeferredSuffix + "."
+	n := 0
+	for _, q := range h.Broker.Queues() {
+		if strings.HasPrefix(q.Name, prefix) {
+			n += q.Ready
+		}
+	}
+	return n
+}
+
+// Dead counts a queue's dead-lettered jobs.
+func (h *Harness) Dead(queue string) int {
+	q, _ := h.Broker.Queue(h.topology.DeadQueue(queue))
+	return q.Ready
+}
+
+// WaitFor waits until cond holds, failing the test with what after a
+// bounded wait (5 s of real time: the worker runs in goroutines). Virtual
+// time does not move while it waits.
+func (h *Harness) WaitFor(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("queueytest: timed out waiting for %s (runs so far: %v)", what, h.Log.Runs())
+		}
+		h.Log.waitChange(5 * time.Millisecond)
+	}
+}
+
+// Run is one handler run.
+type Run struct {
+	queuey.JobContext
+	Err error // what the handler returned
+}
+
+func (r Run) String() string {
+	return fmt.Sprintf("%s#%s attempt=%d deferrals=%d priority=%d err=%v", r.Kind, r.ID, r.Attempt, r.Deferrals, r.Priority, r.Err)
+}
+
+// RunLog records handler runs, in order. It is safe for concurrent use.
+type RunLog struct {
+	mu      sync.Mutex
+	runs    []Run
+	changed chan struct{}
+}
+
+func (l *RunLog) add(r Run) {
+	l.mu.Lock()
+	l.runs = append(l.runs, r)
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
+	l.mu.Unlock()
+}
+
+// waitChange returns when a run is added or after d.
+func (l *RunLog) waitChange(d time.Duration) {
+	l.mu.Lock()
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	ch := l.changed
+	l.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+}
+
+// Runs returns every run so far.
+func (l *RunLog) Runs() []Run {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Run(nil), l.runs...)
+}
+
+// RunsOf returns the runs of one job.
+func (l *RunLog) RunsOf(id string) []Run {
+	var out []Run
+	for _, r := range l.Runs() {
+		if r.ID == id {
+			out = append(out, r)
+		}
+	}
+	return out
+}

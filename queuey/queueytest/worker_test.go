@@ -1,0 +1,406 @@
+package queueytest_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/queuey/queueytest"
+	"github.com/queuey/queuey/rabbitmq"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Work is a test job whose behaviour its handler looks up by Name.
+type Work struct {
+	Name string `json:"name"`
+}
+
+func (Work) Kind() string  { return "work" }
+func (Work) Queue() string { return "jobs" }
+
+var noJitter = queuey.RetryPolicy{Base: 2 * time.Second, Cap: time.Minute, MaxAttempts: 3, Jitter: queuey.NoJitter}
+
+func jobsQueue() queuey.QueueConfig {
+	return queuey.QueueConfig{Name: "jobs", Prefetch: 1, Retry: noJitter}
+}
+
+// brokerChannel opens a raw membroker channel next to the harness.
+func brokerChannel(t *testing.T, h *queueytest.Harness) *membroker.Channel {
+	t.Helper()
+	conn, err := h.Broker.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+func TestRetryWaitsInItsHoldQueueAndComesBackAtPriorityZero(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+		if job.Attempt == 1 {
+			return errors.New("flaky")
+		}
+		return nil
+	})
+	h.Start()
+	id, err := h.Producer.Defer(context.Background(), Work{Name: "a"}, time.Second) // arrives at priority 10
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Advance(time.Second)
+	h.WaitFor("the retry to be held", func() bool { return h.Held("jobs") == 1 })
+	hold, ok := h.Broker.Queue("jobs.deferred.2000")
+	if !ok {
+		t.Fatalf("no hold queue jobs.deferred.2000; queues: %v", h.Broker.Queues())
+	}
+	want := rabbitmq.HoldQueueArgs("jobs", 2000)
+	for k, v := range want {
+		if hold.Arguments[k] != v {
+			t.Errorf("hold queue argument %s = %v, want %v", k, hold.Arguments[k], v)
+		}
+	}
+	h.Advance(1999 * time.Millisecond)
+	if n := len(h.Log.RunsOf(id)); n != 1 || h.Held("jobs") != 1 {
+		t.Fatalf("released early: %d runs, %d held at 1.999 s", n, h.Held("jobs"))
+	}
+	h.Advance(time.Millisecond)
+	h.WaitFor("the second attempt", func() bool { return len(h.Log.RunsOf(id)) == 2 })
+	runs := h.Log.RunsOf(id)
+	if runs[0].Priority != 10 || runs[1].Attempt != 2 || runs[1].Priority != 0 {
+		t.Fatalf("runs %v: want the deferred first run at priority 10, the retry at attempt 2 and priority 0", runs)
+	}
+}
+
+func TestDeferralComesBackAheadOfTheBacklog(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	gate := make(chan struct{})
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+		switch {
+		case job.Args.Name == "limited" && job.Deferrals == 0:
+			return queuey.Defer(10*time.Second, "429")
+		case job.Args.Name == "backlog0":
+			<-gate // the worker (prefetch 1) is busy while the deferral returns
+		}
+		return nil
+	})
+	h.Start()
+	ctx := context.Background()
+	if _, err := h.Producer.Enqueue(ctx, Work{Name: "limited"}); err != nil {
+		t.Fatal(err)
+	}
+	h.WaitFor("the deferral", func() bool { return h.Held("jobs") == 1 })
+	for _, name := range []string{"backlog0", "backlog1", "backlog2"} {
+		if _, err := h.Producer.Enqueue(ctx, Work{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.WaitFor("backlog0 to start", func() bool { return h.Pending("jobs") == 2 })
+	h.Advance(10 * time.Second)
+	h.WaitFor("the deferral to be released", func() bool { return h.Pending("jobs") == 3 })
+	close(gate)
+	h.WaitFor("everything to run", func() bool { return len(h.Log.Runs()) == 5 })
+	names := make([]string, 0, 5)
+	for _, r := range h.Log.Runs() {
+		names = append(names, r.String())
+	}
+	runs := h.Log.Runs()
+	if runs[2].Deferrals != 1 || runs[2].Priority != 10 {
+		t.Fatalf("third run should be the returning deferral at priority 10, ahead of backlog1 and backlog2:\n%s", strings.Join(names, "\n"))
+	}
+}
+
+func TestShortWaitNeverStuckBehindLongOne(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+		if job.Deferrals > 0 {
+			return nil
+		}
+		if job.Args.Name == "long" {
+			return queuey.Defer(5*time.Minute, "")
+		}
+		return queuey.Defer(time.Second, "")
+	})
+	h.Start()
+	ctx := context.Background()
+	long, _ := h.Producer.Enqueue(ctx, Work{Name: "long"})
+	h.WaitFor("the long wait", func() bool { return h.Held("jobs") == 1 })
+	short, _ := h.Producer.Enqueue(ctx, Work{Name: "short"})
+	h.WaitFor("the short wait", func() bool { return h.Held("jobs") == 2 })
+	h.Advance(time.Second)
+	h.WaitFor("the short job to come back after 1 s", func() bool { return len(h.Log.RunsOf(short)) == 2 })
+	if n := len(h.Log.RunsOf(long)); n != 1 {
+		t.Fatalf("the long job ran %d times by 1 s", n)
+	}
+}
+
+func TestAttemptsExhaustedGoToTheDeadQueueWithReasonHeaders(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error { return errors.New("always") })
+	h.Start()
+	id, _ := h.Producer.Enqueue(context.Background(), Work{Name: "doomed"})
+	h.WaitFor("attempt 1's retry to be held", func() bool { return h.Held("jobs") == 1 })
+	h.Advance(2 * time.Second)
+	h.WaitFor("attempt 2's retry to be held", func() bool { return len(h.Log.RunsOf(id)) == 2 && h.Held("jobs") == 1 })
+	h.Advance(4 * time.Second)
+	h.WaitFor("attempt 3 and the dead letter", func() bool { return h.Dead("jobs") == 1 })
+	d, ok, err := brokerChannel(t, h).Get("jobs.dead", true)
+	if err != nil || !ok {
+		t.Fatalf("get jobs.dead: %v %v", ok, err)
+	}
+	if d.Headers["x-death-reason"] != queuey.ReasonAttemptsExhausted || d.Headers["x-original-queue"] != "jobs" {
+		t.Fatalf("dead letter headers %v", d.Headers)
+	}
+	if n, ok := asInt(d.Headers["x-attempts"]); !ok || n != 3 {
+		t.Fatalf("x-attempts %v (%T), want 3", d.Headers["x-attempts"], d.Headers["x-attempts"])
+	}
+	env, err := queuey.DecodeEnvelope(d.Body)
+	if err != nil || env.ID != id || env.Attempt != 3 {
+		t.Fatalf("dead letter body: %+v, %v", env, err)
+	}
+}
+
+func asInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	}
+	return 0, false
+}
+
+func TestMalformedBodyDeadLetteredVerbatimAndConsumingGoesOn(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error { return nil })
+	h.Start()
+	ch := brokerChannel(t, h)
+	if err := ch.Publish("", "jobs", false, false, amqp.Publishing{Body: []byte("not an envelope")}); err != nil {
+		t.Fatal(err)
+	}
+	h.WaitFor("the dead letter", func() bool { return h.Dead("jobs") == 1 })
+	id, _ := h.Producer.Enqueue(context.Background(), Work{Name: "next"})
+	h.WaitFor("the next job to run", func() bool { return len(h.Log.RunsOf(id)) == 1 })
+	d, _, _ := ch.Get("jobs.dead", true)
+	if string(d.Body) != "not an envelope" || d.Headers["x-death-reason"] != queuey.ReasonMalformed {
+		t.Fatalf("dead letter %q %v", d.Body, d.Headers)
+	}
+}
+
+type Unhandled struct{}
+
+func (Unhandled) Kind() string  { return "unhandled" }
+func (Unhandled) Queue() string { return "jobs" }
+
+func TestUnknownKindDeadLetteredNeverRetried(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error { return nil })
+	h.Start()
+	if _, err := h.Producer.Enqueue(context.Background(), Unhandled{}); err != nil {
+		t.Fatal(err)
+	}
+	h.WaitFor("the dead letter", func() bool { return h.Dead("jobs") == 1 })
+	if h.Held("jobs") != 0 {
+		t.Fatal("an unknown kind was retried")
+	}
+}
+
+func TestPanicIsRetriedAndLoggedWithStack(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	h := queueytest.New(t, queueytest.Options{Worker: queuey.WorkerConfig{Logger: logger}}, jobsQueue())
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+		if job.Attempt == 1 {
+			var m map[string]int
+			m["boom"]++ // a nil map write panics
+		}
+		return nil
+	})
+	h.Start()
+	id, _ := h.Producer.Enqueue(context.Background(), Work{Name: "p"})
+	h.WaitFor("the retry to be held", func() bool { return h.Held("jobs") == 1 })
+	h.Advance(2 * time.Second)
+	h.WaitFor("attempt 2", func() bool { return len(h.Log.RunsOf(id)) == 2 })
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "handler panicked") || !strings.Contains(out, "stack=") {
+		t.Fatalf("panic not logged at WARN with a stack:\n%s", out)
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestProducerErrors(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	ctx := context.Background()
+	if _, err := h.Producer.EnqueueAfter(ctx, Work{}, 30*24*time.Hour); !errors.Is(err, queuey.ErrDelayTooLong) {
+		t.Errorf("30-day delay: %v, want ErrDelayTooLong", err)
+	}
+	undeclared := queuey.NewUndeclaredProducer(h.Backend, queuey.ProducerConfig{})
+	if _, err := undeclared.Enqueue(ctx, Work{}); err != nil {
+		t.Errorf("an undeclared producer can enqueue: %v", err)
+	}
+	for name, call := range map[string]func() (string, error){
+		"EnqueueAfter": func() (string, error) { return undeclared.EnqueueAfter(ctx, Work{}, time.Second) },
+		"Defer":        func() (string, error) { return undeclared.Defer(ctx, Work{}, time.Second) },
+	} {
+		if _, err := call(); !errors.Is(err, queuey.ErrUnknownQueue) {
+			t.Errorf("undeclared %s: %v, want ErrUnknownQueue", name, err)
+		}
+	}
+	if err := queuey.Register(h.Worker, queuey.HandlerFunc[Elsewhere](func(context.Context, *queuey.Job[Elsewhere]) error { return nil })); !errors.Is(err, queuey.ErrUnknownQueue) {
+		t.Errorf("registering a handler for a queue the worker does not consume: %v", err)
+	}
+}
+
+type Elsewhere struct{}
+
+func (Elsewhere) Kind() string  { return "elsewhere" }
+func (Elsewhere) Queue() string { return "other" }
+
+func TestLongQueueNameRefusedBeforeTheBroker(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	long := strings.Repeat("q", 240)
+	_, err := queuey.NewProducer(context.Background(), h.Backend, []queuey.QueueConfig{{Name: long}}, queuey.ProducerConfig{})
+	if err == nil || !strings.Contains(err.Error(), "name too long") {
+		t.Fatalf("NewProducer with a 240-byte name: %v", err)
+	}
+	if _, ok := h.Broker.Queue(long); ok {
+		t.Fatal("the long-named queue reached the broker")
+	}
+	if _, err := h.Producer.EnqueueAfter(context.Background(), Work{}, time.Second); err != nil {
+		t.Fatalf("the backend is unusable after the refusal: %v", err)
+	}
+}
+
+func TestRefusedDeclarationLeavesPublishingWorking(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	ctx := context.Background()
+	_, err := queuey.NewProducer(ctx, h.Backend, []queuey.QueueConfig{{Name: "jobs", Type: queuey.Quorum}}, queuey.ProducerConfig{})
+	if err == nil || !strings.Contains(err.Error(), "jobs") {
+		t.Fatalf("redeclaring jobs as quorum: %v, want an error naming jobs", err)
+	}
+	if _, err := h.Producer.Enqueue(ctx, Work{}); err != nil {
+		t.Fatalf("Enqueue after a refused declaration: %v", err)
+	}
+	if _, err := h.Producer.EnqueueAfter(ctx, Work{}, 3*time.Second); err != nil {
+		t.Fatalf("EnqueueAfter (a hold declaration) after a refused declaration: %v", err)
+	}
+	if h.Pending("jobs") != 1 || h.Held("jobs") != 1 {
+		t.Fatalf("pending %d held %d", h.Pending("jobs"), h.Held("jobs"))
+	}
+}
+
+func TestGracefulStopWaitsForRunningHandlersAndSettlesThem(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	started, release := make(chan struct{}), make(chan struct{})
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+		close(started)
+		<-release
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Worker.Run(ctx) }()
+	if _, err := h.Producer.Enqueue(context.Background(), Work{}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) while a handler was running", err)
+	default:
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("Run after a graceful stop: %v", err)
+	}
+	q, _ := h.Broker.Queue("jobs")
+	if q.Ready != 0 || q.Unacked != 0 {
+		t.Fatalf("after the stop: ready %d unacked %d; the running job should have been acked", q.Ready, q.Unacked)
+	}
+}
+
+func TestConnectionDropEndsRunWithTheBrokersError(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- h.Worker.Run(ctx) }()
+	h.WaitFor("the worker to consume", func() bool {
+		q, _ := h.Broker.Queue("jobs")
+		return len(q.Consumers) == 1
+	})
+	dropped := &amqp.Error{Code: amqp.ConnectionForced, Reason: "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'", Server: true}
+	for _, c := range h.Broker.Connections() {
+		h.Broker.CloseConnection(c, dropped)
+	}
+	err := <-done
+	var amqpErr *amqp.Error
+	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.ConnectionForced {
+		t.Fatalf("Run returned %v, want an error wrapping the broker's 320", err)
+	}
+	if _, err := h.Producer.Enqueue(context.Background(), Work{}); err == nil {
+		t.Fatal("Enqueue on a dropped connection succeeded")
+	}
+}
+
+// TestQuorumPoisonJobReachesTheDeadQueueWithDeliveryLimit plays a job that
+// kills its worker every time: each crash returns it with its delivery
+// count raised, and past RabbitMQ's default limit of 20 the quorum work
+// queue dead-letters it into the dead queue instead of dropping it.
+func TestQuorumPoisonJobReachesTheDeadQueueWithDeliveryLimit(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{Version: membroker.RabbitMQ40},
+		queuey.QueueConfig{Name: "jobs", Type: queuey.Quorum, Prefetch: 1})
+	if _, err := h.Producer.Enqueue(context.Background(), Work{Name: "poison"}); err != nil {
+		t.Fatal(err)
+	}
+	crashes := 0
+	for {
+		conn, _ := h.Broker.Dial()
+		ch, _ := conn.Channel()
+		_, ok, err := ch.Get("jobs", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			_ = conn.Close()
+			break
+		}
+		crashes++
+		h.Broker.CloseConnection(conn, nil) // the worker dies mid-job
+	}
+	if crashes != 21 {
+		t.Fatalf("delivered %d times, want 21 (the limit of 20 returns, plus the first delivery)", crashes)
+	}
+	d, ok, err := brokerChannel(t, h).Get("jobs.dead", true)
+	if err != nil || !ok {
+		t.Fatalf("nothing in jobs.dead: %v %v", ok, err)
+	}
+	if d.Headers["x-first-death-reason"] != "delivery_limit" {
+		t.Fatalf("dead letter headers %v", d.Headers)
+	}
+}

@@ -1,0 +1,719 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+var _ queuey.Backend = (*Backend)(nil)
+
+// ErrBackendClosed is wrapped by the error of every call made on a Backend
+// after its Close.
+var ErrBackendClosed = errors.New("rabbitmq: backend closed")
+
+// The headers DeadLetter sets on every message it publishes.
+const (
+	// HeaderDeathReason is the dead-letter header carrying why the job was
+	// dead-lettered (an AMQP long string).
+	HeaderDeathReason = "x-death-reason"
+	// HeaderOriginalQueue is the dead-letter header carrying the work queue
+	// the job was dead-lettered from (an AMQP long string).
+	HeaderOriginalQueue = "x-original-queue"
+	// HeaderAttempts is the dead-letter header carrying how many attempts
+	// were made: an AMQP signed 64-bit integer ('l'), an int64 in amqp091,
+	// the type RabbitMQ itself uses for x-delivery-count.
+	HeaderAttempts = "x-attempts"
+)
+
+// Options configure a Backend. The zero value is ready to use: every field
+// documents its default.
+type Options struct {
+	// Topology names the dead-letter and hold queues and sets the hold
+	// granularities. Each of its fields documents its default (".dead",
+	// ".deferred", 1 second and 1 second).
+	Topology
+
+	// SkipDeadLetterQueues makes Declare leave each queue's dead-letter
+	// queue (q + DeadSuffix) alone, for deployments that create it
+	// themselves. DeadLetter still publishes there and fails with
+	// ErrReturned while it does not exist; a quorum work queue still
+	// dead-letters there, and the broker drops silently what reaches its
+	// delivery limit while it does not exist. Defaults to false: Declare
+	// declares the dead-letter queue, durable and without arguments.
+	SkipDeadLetterQueues bool
+
+	// Logger receives declarations at DEBUG and refused declarations and
+	// consumers ended by the broker at WARN, with snake_case attributes
+	// (queue, dead_queue, hold_queue, ttl_ms, consumer_tag, error).
+	// Defaults to discarding everything.
+	Logger *slog.Logger
+}
+
+// Backend is queuey's backend on RabbitMQ. It implements queuey.Backend on
+// channels of one connection, which the caller owns: a
+// *amqp091.Connection, or a *membroker.Connection in tests.
+//
+// It keeps its channels apart, so that what the broker refuses on one cannot
+// take the others down:
+//
+//   - one publishing channel in confirm mode (a Publisher), on which nothing
+//     is ever declared: every publish is mandatory and waits for its confirm,
+//     and concurrent publishes pipeline;
+//   - one channel for hold-queue declarations, opened on the first hold. A
+//     refused declaration closes it; the next hold opens a fresh one, so
+//     one refusal does not disable every later hold;
+//   - a fresh channel per Consume, with Qos(prefetch, 0, false);
+//   - a throwaway channel per queue Declare declares, closed afterwards.
+//
+// Reconnection is not its business: once the connection is gone, its calls
+// fail with errors that wrap amqp091's amqp.ErrClosed and, when the broker
+// said why, its *amqp.Error.
+//
+// A Backend is safe for concurrent use. Close releases its channels.
+type Backend struct {
+	open     func() (Channel, error)
+	top      Topology
+	skipDead bool
+	logger   *slog.Logger
+	pub      *Publisher
+
+	// holdLock serialises the hold channel's reopening and declarations, so
+	// that a refused declaration closes the channel under nobody else's
+	// declaration. amqp091 serialises a channel's RPCs anyway. It is a
+	// channel so that waiting for it honours ctx.
+	holdLock chan struct{}
+	hold     Channel // guarded by holdLock; nil until the first hold or after a refusal
+
+	tags atomic.Uint64 // consumer tag counter
+
+	mu        sync.Mutex
+	closed    bool
+	declared  map[string]queuey.QueueConfig // WithDefaults applied
+	consumers map[*consumer]struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Channels adapts a connection's Channel method to what New takes, whatever
+// concrete channel type it returns:
+//
+//	backend, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{})
+//
+// works with conn a *amqp091.Connection and with a *membroker.Connection.
+func Channels[C Channel](open func() (C, error)) func() (Channel, error) {
+	return func() (Channel, error) {
+		ch, err := open()
+		if err != nil {
+			return nil, err // never a typed nil in the interface
+		}
+		return ch, nil
+	}
+}
+
+// New returns a Backend whose channels open calls return, typically
+// Channels(conn.Channel). It validates opts and opens the publishing
+// channel; the hold channel opens on the first hold. The caller keeps
+// ownership of the connection: Close closes the backend's channels only.
+func New(open func() (Channel, error), opts Options) (*Backend, error) {
+	if open == nil {
+		return nil, errors.New("rabbitmq: New: open is nil")
+	}
+	if err := opts.Topology.Validate(); err != nil {
+		return nil, err
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ch, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: opening the publishing channel: %w", err)
+	}
+	pub, err := NewPublisher(ch, logger)
+	if err != nil {
+		_ = ch.Close()
+		return nil, err
+	}
+	return &Backend{
+		open:      open,
+		top:       opts.Topology.WithDefaults(),
+		skipDead:  opts.SkipDeadLetterQueues,
+		logger:    logger,
+		pub:       pub,
+		holdLock:  make(chan struct{}, 1),
+		declared:  make(map[string]queuey.QueueConfig),
+		consumers: make(map[*consumer]struct{}),
+	}, nil
+}
+
+// Topology returns the topology the backend runs with, defaults filled in.
+func (b *Backend) Topology() Topology { return b.top }
+
+// Declare declares each queue (its defaults filled in by WithDefaults) and
+// remembers it for Publish with a hold and for DeadLetter.
+//
+// Every config is checked first (QueueConfig.Validate, and
+// Topology.CheckQueueName, so that a name too long for its hold or
+// dead-letter queues never reaches the client library): if any is invalid,
+// nothing is declared. Then each queue is declared on a throwaway channel
+// of its own: the work queue q, durable, with WorkQueueArgs; and its
+// dead-letter queue, durable and without arguments, unless
+// SkipDeadLetterQueues. A queue the broker refuses (an existing queue with
+// other arguments: PRECONDITION_FAILED) is logged at WARN and reported in
+// the returned error, which names it and wraps the *amqp.Error; the
+// remaining queues are still declared, and the backend's other operations
+// keep working. Declare stops at the first channel it cannot open (the
+// connection is gone). Declaring a queue again replaces what is remembered
+// about it once the broker has accepted the new declaration.
+//
+// ctx is checked between declarations; a declaration itself cannot be
+// interrupted.
+func (b *Backend) Declare(ctx context.Context, queues ...queuey.QueueConfig) error {
+	if err := b.checkOpen(); err != nil {
+		return err
+	}
+	configs := make([]queuey.QueueConfig, len(queues))
+	for i, q := range queues {
+		q = q.WithDefaults()
+		if err := q.Validate(); err != nil {
+			return err
+		}
+		if err := b.top.CheckQueueName(q.Name); err != nil {
+			return err
+		}
+		configs[i] = q
+	}
+	var errs []error
+	for _, q := range configs {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		refused, err := b.declare(q)
+		if err != nil && !refused {
+			return errors.Join(append(errs, err)...)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		b.mu.Lock()
+		b.declared[q.Name] = q
+		b.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// declare declares one queue and its dead-letter queue on a throwaway
+// channel. refused reports whether the broker refused a declaration (as
+// opposed to the channel not opening).
+func (b *Backend) declare(q queuey.QueueConfig) (refused bool, err error) {
+	ch, err := b.openChannel("declaring queue " + strconv.Quote(q.Name))
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = ch.Close() }()
+
+	dead := b.top.DeadQueue(q.Name)
+	args := WorkQueueArgs(q.Type == queuey.Quorum, *q.MaxPriority, dead)
+	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, args); err != nil {
+		b.logger.Warn("rabbitmq: queue declaration refused", "queue", q.Name, "type", q.Type.String(), "error", err)
+		return true, fmt.Errorf("rabbitmq: declare queue %q (%s): %w", q.Name, q.Type, err)
+	}
+	b.logger.Debug("rabbitmq: declared queue", "queue", q.Name, "type", q.Type.String(), "max_priority", int(*q.MaxPriority))
+	if b.skipDead {
+		return false, nil
+	}
+	if _, err := ch.QueueDeclare(dead, true, false, false, false, nil); err != nil {
+		b.logger.Warn("rabbitmq: dead-letter queue declaration refused", "queue", q.Name, "dead_queue", dead, "error", err)
+		return true, fmt.Errorf("rabbitmq: declare dead-letter queue %q of queue %q: %w", dead, q.Name, err)
+	}
+	b.logger.Debug("rabbitmq: declared dead-letter queue", "queue", q.Name, "dead_queue", dead)
+	return false, nil
+}
+
+// Publish publishes env to the work queue env.Queue, or with hold > 0
+// through one of its hold queues, and returns once the broker has
+// confirmed the publish.
+//
+// The message carries env.Encode() as its body, content type
+// application/json, delivery mode persistent, priority env.Priority,
+// message id env.ID, type env.Kind and timestamp env.EnqueuedAt, and never a
+// per-message expiration: the hold queue's x-message-ttl alone decides
+// when it returns.
+//
+// hold is rounded up to the retry granularity (queuey.HoldRetry) or the
+// deferred granularity (queuey.HoldDeferred); see Topology.RetryTTL. A
+// rounded hold of zero publishes straight to env.Queue, which need not have
+// been declared through this backend but must exist (ErrReturned
+// otherwise). A positive one needs env.Queue declared through this backend
+// (queuey.ErrUnknownQueue otherwise) and at most MaxHoldTTL milliseconds
+// (queuey.ErrDelayTooLong otherwise); the hold queue is declared on the
+// hold channel immediately before every publish into it, never cached, so
+// an idle hold queue that expired comes back. A refused hold-queue
+// declaration (one that exists with other arguments) is logged at WARN and
+// returned, wrapping the *amqp.Error.
+//
+// A deferral is published at the queue's top priority (see
+// queuey.QueueConfig.TopPriority), which the hold queue keeps when it
+// releases the job. On a classic queue with x-max-priority that puts it
+// ahead of everything still on the queue. On a quorum queue it is a
+// priority in the high tier: RabbitMQ 4.0 to 4.2 serve two tiers 2:1 (high
+// first, but one normal message for every two high ones when both wait),
+// 4.3 serves its levels strictly. Either way "ahead of the backlog" means
+// ahead of what is still on the queue, not of what consumers already hold.
+func (b *Backend) Publish(ctx context.Context, env queuey.Envelope, hold time.Duration, kind queuey.HoldKind) error {
+	if err := b.checkOpen(); err != nil {
+		return err
+	}
+	body, err := env.Encode()
+	if err != nil {
+		return fmt.Errorf("rabbitmq: publish job %q: %w", env.ID, err)
+	}
+	var ttl int64
+	switch kind {
+	case queuey.HoldRetry:
+		ttl, err = b.top.RetryTTL(hold)
+	case queuey.HoldDeferred:
+		ttl, err = b.top.DeferredTTL(hold)
+	default:
+		return fmt.Errorf("rabbitmq: publish job %q: unknown HoldKind %d", env.ID, int(kind))
+	}
+	if err != nil {
+		return fmt.Errorf("rabbitmq: publish job %q to queue %q: %w", env.ID, env.Queue, err)
+	}
+	msg := amqp.Publishing{
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		Priority:     env.Priority,
+		MessageId:    env.ID,
+		Type:         env.Kind,
+		Timestamp:    env.EnqueuedAt,
+		Body:         body,
+	}
+	if ttl == 0 {
+		if err := checkShortName(env.Queue); err != nil {
+			return err
+		}
+		return b.pub.Publish(ctx, env.Queue, msg)
+	}
+	if !b.isDeclared(env.Queue) {
+		return fmt.Errorf("rabbitmq: hold job %q for queue %q: %w (a hold needs the queue declared through this backend)",
+			env.ID, env.Queue, queuey.ErrUnknownQueue)
+	}
+	if err := b.pub.Err(); err != nil {
+		return err // no use declaring a hold queue nothing can be published to
+	}
+	holdQueue, err := b.declareHold(ctx, env.Queue, ttl)
+	if err != nil {
+		return err
+	}
+	return b.pub.Publish(ctx, holdQueue, msg)
+}
+
+// declareHold declares queue's hold queue for ttl milliseconds on the hold
+// channel, opening a fresh one if there is none or it closed, and returns
+// its name.
+func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (string, error) {
+	name := b.top.HoldQueue(queue, ttl)
+	select {
+	case b.holdLock <- struct{}{}:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	defer func() { <-b.holdLock }()
+	if err := b.checkOpen(); err != nil {
+		return "", err
+	}
+	if b.hold == nil || b.hold.IsClosed() {
+		ch, err := b.openChannel("hold queue declarations")
+		if err != nil {
+			return "", fmt.Errorf("rabbitmq: hold queue %q: %w", name, err)
+		}
+		b.hold = ch
+	}
+	if _, err := b.hold.QueueDeclare(name, true, false, false, false, HoldQueueArgs(queue, ttl)); err != nil {
+		// A refusal has closed the channel; a failure of the connection
+		// has too. Either way the next hold starts on a fresh one.
+		_ = b.hold.Close()
+		b.hold = nil
+		b.logger.Warn("rabbitmq: hold queue declaration refused",
+			"queue", queue, "hold_queue", name, "ttl_ms", ttl, "error", err)
+		return "", fmt.Errorf("rabbitmq: declare hold queue %q of queue %q: %w", name, queue, err)
+	}
+	b.logger.Debug("rabbitmq: declared hold queue", "queue", queue, "hold_queue", name, "ttl_ms", ttl)
+	return name, nil
+}
+
+// DeadLetter publishes body, byte for byte, to queue's dead-letter queue
+// with the headers x-death-reason (reason), x-original-queue (queue) and
+// x-attempts (attempts, as an int64), persistent, and returns once the
+// broker has confirmed it. queue must have been declared through this
+// backend (queuey.ErrUnknownQueue otherwise). A dead-letter queue that does
+// not exist (see SkipDeadLetterQueues) is an error wrapping ErrReturned.
+func (b *Backend) DeadLetter(ctx context.Context, queue string, body []byte, reason string, attempts int) error {
+	if err := b.checkOpen(); err != nil {
+		return err
+	}
+	if !b.isDeclared(queue) {
+		return fmt.Errorf("rabbitmq: dead-letter to queue %q: %w (dead-lettering needs the queue declared through this backend)",
+			queue, queuey.ErrUnknownQueue)
+	}
+	return b.pub.Publish(ctx, b.top.DeadQueue(queue), amqp.Publishing{
+		Headers: amqp.Table{
+			HeaderDeathReason:   reason,
+			HeaderOriginalQueue: queue,
+			HeaderAttempts:      int64(attempts),
+		},
+		DeliveryMode: amqp.Persistent,
+		Body:         body,
+	})
+}
+
+// Consume opens a fresh channel, sets Qos(prefetch, 0, false) on it and
+// consumes queue with manual acknowledgements under a generated consumer
+// tag ("queuey-" and a per-backend counter). prefetch must be between 1 and
+// 65535. The queue need not have been declared through this backend, but
+// must exist. ctx bounds starting the subscription, not its life.
+//
+// The Consumer's Deliveries channel is unbuffered and yields each message
+// once; settle each with Ack or Requeue (basic.reject with requeue, never
+// basic.nack) exactly once: a second settlement is an error that never
+// reaches the broker (where an unknown delivery tag would close the
+// channel). The subscription ends:
+//
+//   - on Consumer.Cancel, the graceful stop: basic.cancel, then Deliveries
+//     closes once what the broker had already sent has been read, and
+//     deliveries received can still be settled until Close; Err is nil;
+//   - on Consumer.Close or Backend.Close: the channel closes, so the broker
+//     requeues every delivery not yet settled (a failed delivery, on a
+//     quorum queue) and settling one afterwards fails; Err is nil;
+//   - when the broker closes the channel or the connection (Err wraps the
+//     *amqp.Error), or cancels the consumer because its queue was deleted
+//     (Err says so). The channel stays open until Close, so deliveries
+//     received before a broker cancel can still be settled.
+//
+// One goroutine per consumer forwards deliveries; it exits when Deliveries
+// closes. Call Close in every case to release the channel.
+func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queuey.Consumer, error) {
+	if err := b.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := checkShortName(queue); err != nil {
+		return nil, err
+	}
+	if prefetch < 1 || prefetch > 65535 {
+		return nil, fmt.Errorf("rabbitmq: consume queue %q: prefetch %d is outside 1..65535", queue, prefetch)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ch, err := b.openChannel("consuming queue " + strconv.Quote(queue))
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("rabbitmq: consume queue %q: qos %d: %w", queue, prefetch, err)
+	}
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	tag := "queuey-" + strconv.FormatUint(b.tags.Add(1), 10)
+	in, err := ch.Consume(queue, tag, false, false, false, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, err)
+	}
+	c := &consumer{
+		b:       b,
+		ch:      ch,
+		queue:   queue,
+		tag:     tag,
+		in:      in,
+		closes:  closes,
+		out:     make(chan queuey.Delivery),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		_ = ch.Close()
+		return nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, ErrBackendClosed)
+	}
+	b.consumers[c] = struct{}{}
+	b.mu.Unlock()
+	b.logger.Debug("rabbitmq: consuming", "queue", queue, "consumer_tag", tag, "prefetch", prefetch)
+	go c.forward()
+	return c, nil
+}
+
+// Close closes every consumer's channel (the broker requeues their
+// unsettled deliveries), then the hold channel and the publishing channel;
+// publishes still waiting for their confirm fail. It does not close the
+// connection, which the caller owns. Later calls to the backend fail with
+// ErrBackendClosed. Close returns the error of closing the channels the
+// first time, nil afterwards.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		consumers := make([]*consumer, 0, len(b.consumers))
+		for c := range b.consumers {
+			consumers = append(consumers, c)
+		}
+		b.mu.Unlock()
+		var errs []error
+		for _, c := range consumers {
+			errs = append(errs, c.Close())
+		}
+		b.holdLock <- struct{}{}
+		if b.hold != nil {
+			errs = append(errs, b.hold.Close())
+			b.hold = nil
+		}
+		<-b.holdLock
+		errs = append(errs, b.pub.Close())
+		b.closeErr = errors.Join(errs...)
+	})
+	return b.closeErr
+}
+
+func (b *Backend) checkOpen() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrBackendClosed
+	}
+	return nil
+}
+
+func (b *Backend) isDeclared(queue string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.declared[queue]
+	return ok
+}
+
+// openChannel opens a channel for purpose. When the connection is gone,
+// the error wraps the client library's (amqp.ErrClosed) and, if the
+// publishing channel learned why before, the broker's *amqp.Error.
+func (b *Backend) openChannel(purpose string) (Channel, error) {
+	ch, err := b.open()
+	if err == nil {
+		return ch, nil
+	}
+	err = fmt.Errorf("rabbitmq: opening a channel for %s: %w", purpose, err)
+	var cause *amqp.Error
+	if pubErr := b.pub.Err(); errors.As(pubErr, &cause) {
+		err = fmt.Errorf("%w (the broker closed the publishing channel before: %w)", err, cause)
+	}
+	return nil, err
+}
+
+// checkShortName refuses a queue name that an AMQP short string cannot
+// carry, before it reaches the client library: amqp091 refuses it too, but
+// leaves the whole connection unusable.
+func checkShortName(queue string) error {
+	switch {
+	case queue == "":
+		return errors.New("rabbitmq: queue name is empty")
+	case len(queue) > maxNameLen:
+		return fmt.Errorf("rabbitmq: queue %.40q…: name is %d bytes, over the %d AMQP allows", queue, len(queue), maxNameLen)
+	}
+	return nil
+}
+
+// consumer is one subscription: a channel of its own, and the goroutine
+// forwarding its deliveries.
+type consumer struct {
+	b      *Backend
+	ch     Channel
+	queue  string
+	tag    string
+	in     <-chan amqp.Delivery
+	closes chan *amqp.Error
+	out    chan queuey.Delivery
+
+	cancelled atomic.Bool   // Cancel or Close was called: the end is ours
+	closing   chan struct{} // closed by Close
+	closeOnce sync.Once
+	closeErr  error
+	done      chan struct{} // closed when forward has returned (after out)
+
+	mu  sync.Mutex
+	err error // why out was closed; set before it is
+}
+
+var _ queuey.Consumer = (*consumer)(nil)
+
+// Deliveries yields the queue's messages; it is closed when the
+// subscription ends.
+func (c *consumer) Deliveries() <-chan queuey.Delivery { return c.out }
+
+// Err reports why Deliveries was closed: nil after Cancel or Close (or
+// Backend.Close); otherwise an error saying why, wrapping the broker's
+// *amqp.Error when it closed the channel or the connection. It is nil
+// while the subscription runs.
+func (c *consumer) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Cancel stops new deliveries (basic.cancel) and returns once the broker
+// has confirmed it. Deliveries closes once what the broker had already
+// sent has been read; deliveries received can still be settled until
+// Close. Cancelling a consumer whose subscription has already ended is not
+// an error.
+func (c *consumer) Cancel() error {
+	c.cancelled.Store(true)
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	if err := c.ch.Cancel(c.tag, false); err != nil {
+		if c.ch.IsClosed() {
+			return nil // ended anyway; Err says why
+		}
+		return fmt.Errorf("rabbitmq: cancel consumer %s on queue %q: %w", c.tag, c.queue, err)
+	}
+	return nil
+}
+
+// Close closes the consumer's channel and returns once Deliveries is
+// closed: the broker requeues every delivery not yet settled, and settling
+// one afterwards fails. It is safe to call more than once and concurrently
+// with receiving; later calls return nil.
+func (c *consumer) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancelled.Store(true)
+		close(c.closing)
+		c.closeErr = c.ch.Close()
+		<-c.done
+		c.b.mu.Lock()
+		delete(c.b.consumers, c)
+		c.b.mu.Unlock()
+		c.b.logger.Debug("rabbitmq: consumer closed", "queue", c.queue, "consumer_tag", c.tag)
+		if c.closeErr != nil {
+			c.closeErr = fmt.Errorf("rabbitmq: close consumer %s on queue %q: %w", c.tag, c.queue, c.closeErr)
+		}
+	})
+	return c.closeErr
+}
+
+// forward hands deliveries to out until the subscription ends, then
+// records why and closes out.
+func (c *consumer) forward() {
+	err := c.pump()
+	if err != nil && c.cancelled.Load() {
+		err = nil // our own Cancel or Close raced the broker's end
+	}
+	if err != nil {
+		c.b.logger.Warn("rabbitmq: consumer ended by the broker", "queue", c.queue, "consumer_tag", c.tag, "error", err)
+	}
+	c.mu.Lock()
+	c.err = err
+	c.mu.Unlock()
+	close(c.out)
+	close(c.done)
+}
+
+// pump forwards deliveries and returns why it stopped: nil for our own
+// Cancel or Close.
+func (c *consumer) pump() error {
+	for {
+		select {
+		case <-c.closing:
+			return nil
+		case e, ok := <-c.closes:
+			return c.closedErr(e, ok)
+		case d, ok := <-c.in:
+			if !ok {
+				return c.inClosed()
+			}
+			select {
+			case c.out <- &delivery{d: d, c: c}:
+			case <-c.closing:
+				return nil // not handed out: requeued as the channel closes
+			case e, ok := <-c.closes:
+				return c.closedErr(e, ok)
+			}
+		}
+	}
+}
+
+// inClosed tells why the delivery channel closed: our Cancel or Close; the
+// channel or connection closed (amqp091 and membroker both mark the channel
+// closed before they close its consumers, and hand the NotifyClose
+// listener the broker's reason, if any, no later); or the broker cancelled
+// the consumer.
+func (c *consumer) inClosed() error {
+	switch {
+	case c.ch.IsClosed():
+		e, ok := <-c.closes
+		return c.closedErr(e, ok)
+	case c.cancelled.Load():
+		return nil
+	}
+	return fmt.Errorf("rabbitmq: consumer %s on queue %q cancelled by the broker (was the queue deleted?)", c.tag, c.queue)
+}
+
+// closedErr is the error for the channel's closing, e being what its
+// NotifyClose listener received: the broker's reason, or nothing for a
+// clean close.
+func (c *consumer) closedErr(e *amqp.Error, ok bool) error {
+	if ok && e != nil {
+		return fmt.Errorf("rabbitmq: consumer %s on queue %q: channel closed by the broker: %w", c.tag, c.queue, e)
+	}
+	if c.cancelled.Load() {
+		return nil
+	}
+	return fmt.Errorf("rabbitmq: consumer %s on queue %q: channel closed: %w", c.tag, c.queue, amqp.ErrClosed)
+}
+
+// delivery is one message handed to a consumer.
+type delivery struct {
+	d    amqp.Delivery
+	c    *consumer
+	done atomic.Bool // settled
+}
+
+var _ queuey.Delivery = (*delivery)(nil)
+
+func (d *delivery) Body() []byte      { return d.d.Body }
+func (d *delivery) Priority() uint8   { return d.d.Priority }
+func (d *delivery) Redelivered() bool { return d.d.Redelivered }
+
+// Ack acknowledges the message (basic.ack, one delivery).
+func (d *delivery) Ack() error {
+	return d.settle("ack", func() error { return d.d.Ack(false) })
+}
+
+// Requeue returns the message to its queue with basic.reject and requeue,
+// never basic.nack: on RabbitMQ 4.3 only a reject counts toward a quorum
+// queue's delivery limit.
+func (d *delivery) Requeue() error {
+	return d.settle("requeue", func() error { return d.d.Reject(true) })
+}
+
+func (d *delivery) settle(op string, f func() error) error {
+	if !d.done.CompareAndSwap(false, true) {
+		// A second settlement would close the channel with 406
+		// PRECONDITION_FAILED (unknown delivery tag): refuse it here.
+		return fmt.Errorf("rabbitmq: %s delivery %d on queue %q: already settled", op, d.d.DeliveryTag, d.c.queue)
+	}
+	if err := f(); err != nil {
+		return fmt.Errorf("rabbitmq: %s delivery %d on queue %q: %w", op, d.d.DeliveryTag, d.c.queue, err)
+	}
+	return nil
+}

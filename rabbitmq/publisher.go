@@ -1,0 +1,454 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strconv"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// PublishIDHeader is the header the Publisher adds to every message it
+// publishes: the publish's confirm sequence number on its channel, in
+// decimal. A basic.return carries no sequence number, so this is how a
+// returned message is matched to the publish waiting for it. Consumers see
+// it too; it is unique per publishing channel, not globally.
+const PublishIDHeader = "x-queuey-publish-id"
+
+// Buffer sizes of the Publisher's confirm and return listeners. The
+// dispatcher drains both continuously, so they only absorb bursts; they
+// matter for membroker, which never blocks and holds back what does not fit
+// until the next call into the broker.
+const (
+	confirmBuffer = 4096
+	returnBuffer  = 1024
+)
+
+var (
+	// ErrReturned is matched (with errors.Is) by the error of a publish the
+	// broker returned as unroutable; errors.As with a *ReturnError gives the
+	// reply code and text. With the default exchange, 312 NO_ROUTE means the
+	// queue does not exist.
+	ErrReturned = errors.New("rabbitmq: publish returned by the broker")
+	// ErrNacked is wrapped by the error of a publish the broker negatively
+	// confirmed (basic.nack): it failed to take responsibility for the
+	// message, which may or may not have been enqueued.
+	ErrNacked = errors.New("rabbitmq: publish nacked by the broker")
+	// ErrPublisherClosed is wrapped by the error of every publish in flight
+	// when the Publisher or its channel closes, and of every later publish.
+	// When the broker closed the channel or connection, the error also wraps
+	// its *amqp.Error (match it with errors.As).
+	ErrPublisherClosed = errors.New("rabbitmq: publisher closed")
+)
+
+// ReturnError is the error of a publish the broker returned (basic.return):
+// a mandatory publish that reached no queue. It matches ErrReturned.
+type ReturnError struct {
+	Queue string // the routing key the message was published with
+	Code  uint16 // the reply code, amqp.NoRoute (312) for a missing queue
+	Text  string // the reply text, "NO_ROUTE" for a missing queue
+}
+
+func (e *ReturnError) Error() string {
+	if e.Code == amqp.NoRoute {
+		return fmt.Sprintf("rabbitmq: publish to queue %q returned: %d %s (the queue does not exist)", e.Queue, e.Code, e.Text)
+	}
+	return fmt.Sprintf("rabbitmq: publish to queue %q returned: %d %s", e.Queue, e.Code, e.Text)
+}
+
+// Is reports whether target is ErrReturned.
+func (e *ReturnError) Is(target error) bool { return target == ErrReturned }
+
+// Publisher publishes messages on one channel in confirm mode and waits for
+// each one's confirmation, as the backend does for every enqueue, retry,
+// deferral and dead-letter. Every publish goes to the default exchange with
+// the queue name as routing key and is mandatory, so a message that reaches
+// no queue is an error (ErrReturned), never a silent success.
+//
+// Publishes pipeline: a Publish holds the publisher's lock only to take a
+// sequence number and write the message, never while it waits for the
+// confirm, so concurrent Publish calls have many messages in flight on the
+// one channel. One dispatcher goroutine matches confirms to waiting calls by
+// sequence number and returns by the PublishIDHeader each message carries.
+//
+// The Publisher owns its channel: nothing else may publish on it (that would
+// shift the sequence numbers) or declare on it (a refused declaration closes
+// the channel). It is safe for concurrent use. When the channel closes, the
+// Publisher is closed for good: reconnection is the caller's business.
+type Publisher struct {
+	ch     Channel
+	logger *slog.Logger
+
+	// lock serialises GetNextPublishSeqNo, registering the waiter and the
+	// publish itself, so sequence numbers and the waiter table agree. It is
+	// a channel rather than a sync.Mutex so that a Publish queued behind a
+	// write the broker is holding up (a memory alarm blocks publishers)
+	// still honours its ctx.
+	lock chan struct{}
+
+	mu      sync.Mutex
+	pending map[uint64]*waiter // by sequence number
+	err     error              // once non-nil, the Publisher is closed; wraps ErrPublisherClosed
+
+	confirms chan amqp.Confirmation
+	returns  chan amqp.Return
+	closes   chan *amqp.Error
+
+	closeOnce sync.Once
+	closeErr  error
+	stop      chan struct{} // closed by Close
+	done      chan struct{} // closed when the dispatcher has exited
+}
+
+// waiter is one Publish waiting for its confirm. result has room for the one
+// outcome ever sent, so the dispatcher never blocks on it.
+type waiter struct {
+	queue    string
+	result   chan error
+	returned *ReturnError // set by the dispatcher when a return arrives
+}
+
+var waiters = sync.Pool{New: func() any { return &waiter{result: make(chan error, 1)} }}
+
+// NewPublisher puts ch in confirm mode, registers its confirm, return and
+// close listeners and starts the dispatcher goroutine. The Publisher takes
+// ownership of ch: Close closes it. A nil logger discards.
+func NewPublisher(ch Channel, logger *slog.Logger) (*Publisher, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("rabbitmq: publisher: putting the channel in confirm mode: %w", err)
+	}
+	p := &Publisher{
+		ch:      ch,
+		logger:  logger,
+		lock:    make(chan struct{}, 1),
+		pending: make(map[uint64]*waiter),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	p.closes = ch.NotifyClose(make(chan *amqp.Error, 1))
+	p.returns = ch.NotifyReturn(make(chan amqp.Return, returnBuffer))
+	p.confirms = ch.NotifyPublish(make(chan amqp.Confirmation, confirmBuffer))
+	go p.dispatch()
+	return p, nil
+}
+
+// Publish publishes msg to queue through the default exchange, mandatory,
+// and blocks until the broker confirms it, ctx is done, or the channel
+// closes. It returns nil once the broker has taken responsibility for the
+// message (for a persistent message on a durable queue: written to disk).
+// Otherwise the error matches ErrReturned (no such queue), ErrNacked, or
+// ErrPublisherClosed (wrapping the broker's *amqp.Error when it closed the
+// channel or connection; the message may or may not have been enqueued).
+//
+// msg's headers are copied, with PublishIDHeader added; the caller's table
+// is not modified.
+//
+// If ctx is done before the message is written, Publish returns ctx.Err()
+// and nothing is published. If ctx is done while Publish waits for the
+// confirm, it returns ctx.Err() and the message may still be delivered: a
+// message on the wire cannot be withdrawn. (When the outcome is already
+// known at that moment, a return or the confirm arriving together with the
+// cancellation, Publish returns that instead.) A return or nack that arrives
+// after its caller stopped waiting is logged at WARN. A Publish queued
+// behind a write the client library is blocked in (RabbitMQ blocks
+// publishing connections during a memory or disk alarm) honours ctx; the
+// write itself does not.
+func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishing) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	headers := make(amqp.Table, len(msg.Headers)+1)
+	maps.Copy(headers, msg.Headers)
+	msg.Headers = headers
+	w := waiters.Get().(*waiter)
+	w.queue = queue
+
+	select {
+	case p.lock <- struct{}{}:
+	case <-ctx.Done():
+		p.recycle(w)
+		return ctx.Err()
+	}
+	seq := p.ch.GetNextPublishSeqNo()
+	headers[PublishIDHeader] = strconv.FormatUint(seq, 10)
+	if err := p.register(seq, w); err != nil {
+		<-p.lock
+		p.recycle(w)
+		return err
+	}
+	if err := p.ch.PublishWithContext(ctx, "", queue, true, false, msg); err != nil {
+		withdrawn, _ := p.withdraw(seq, w)
+		<-p.lock
+		if !withdrawn {
+			<-w.result // the dispatcher failed it as the channel closed
+		}
+		p.recycle(w)
+		return p.publishFailed(ctx, queue, err)
+	}
+	<-p.lock
+
+	select {
+	case err := <-w.result:
+		p.recycle(w)
+		return err
+	case <-ctx.Done():
+		withdrawn, returned := p.withdraw(seq, w)
+		if !withdrawn {
+			// The dispatcher took the waiter first: its outcome is on the way.
+			err := <-w.result
+			p.recycle(w)
+			return err
+		}
+		p.recycle(w)
+		if returned != nil {
+			return returned // final already: the message reached no queue
+		}
+		return ctx.Err()
+	}
+}
+
+// Close closes the Publisher and its channel and waits for the dispatcher
+// to exit. Publishes still waiting for their confirm fail with
+// ErrPublisherClosed unless the confirm arrives while the channel closes,
+// and so do later ones; to have every publish confirmed, let the Publish
+// calls return before calling Close. It returns the error of closing the
+// channel, nil on later calls.
+func (p *Publisher) Close() error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		if p.err == nil {
+			p.err = ErrPublisherClosed
+		}
+		p.mu.Unlock()
+		p.closeErr = p.ch.Close()
+		close(p.stop)
+	})
+	<-p.done
+	return p.closeErr
+}
+
+// Done is closed when the Publisher has closed, by Close or because its
+// channel closed under it.
+func (p *Publisher) Done() <-chan struct{} { return p.done }
+
+// Err returns nil while the Publisher is open, and afterwards the error its
+// publishes fail with: it wraps ErrPublisherClosed and, when the broker
+// closed the channel or connection, the *amqp.Error.
+func (p *Publisher) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+func (p *Publisher) register(seq uint64, w *waiter) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return p.err
+	}
+	p.pending[seq] = w
+	return nil
+}
+
+// withdraw removes w from the waiter table and reports whether it was still
+// there, with the return recorded against it, if any; if it was not, the
+// dispatcher has taken it and sends its outcome.
+func (p *Publisher) withdraw(seq uint64, w *waiter) (ok bool, returned *ReturnError) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pending[seq] != w {
+		return false, nil
+	}
+	delete(p.pending, seq)
+	return true, w.returned
+}
+
+// recycle returns a waiter nobody references any more to the pool.
+func (p *Publisher) recycle(w *waiter) {
+	w.queue, w.returned = "", nil
+	waiters.Put(w)
+}
+
+// publishFailed turns the client library's refusal to publish into
+// Publish's error.
+func (p *Publisher) publishFailed(ctx context.Context, queue string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		return ctxErr
+	}
+	if errors.Is(err, amqp.ErrClosed) || p.ch.IsClosed() {
+		select {
+		case <-p.done:
+			return p.Err() // carries the broker's reason, if it gave one
+		default:
+			return fmt.Errorf("%w: publish to queue %q: %w", ErrPublisherClosed, queue, err)
+		}
+	}
+	return fmt.Errorf("rabbitmq: publish to queue %q: %w", queue, err)
+}
+
+// dispatch is the one goroutine that reads the channel's confirms, returns
+// and close notification and hands each waiting Publish its outcome.
+//
+// The broker sends a publish's basic.return before its basic.ack, and the
+// client library hands them to the two Go channels in that order, but a
+// select with both ready may pick the confirm first. So before completing
+// any confirm the dispatcher drains the returns already handed over: a
+// return is always recorded before the confirm of its publish completes.
+func (p *Publisher) dispatch() {
+	defer close(p.done)
+	for {
+		select {
+		case r, ok := <-p.returns:
+			if !ok {
+				p.returns = nil // the channel is closing; the others will say so
+				continue
+			}
+			p.recordReturn(r)
+		case c, ok := <-p.confirms:
+			if !ok {
+				p.shutdown(p.closeCause())
+				return
+			}
+			p.drainReturns()
+			p.complete(c)
+		case e := <-p.closes:
+			p.drainConfirms()
+			p.shutdown(e)
+			return
+		case <-p.stop:
+			p.drainConfirms()
+			p.shutdown(nil)
+			return
+		}
+	}
+}
+
+// drainReturns records every return already handed over, without waiting.
+func (p *Publisher) drainReturns() {
+	for p.returns != nil {
+		select {
+		case r, ok := <-p.returns:
+			if !ok {
+				p.returns = nil
+				return
+			}
+			p.recordReturn(r)
+		default:
+			return
+		}
+	}
+}
+
+// drainConfirms completes every confirm already handed over, without
+// waiting: the client library hands over everything the broker sent before
+// it closed the channel ahead of the close itself.
+func (p *Publisher) drainConfirms() {
+	for {
+		select {
+		case c, ok := <-p.confirms:
+			if !ok {
+				return
+			}
+			p.drainReturns()
+			p.complete(c)
+		default:
+			return
+		}
+	}
+}
+
+// closeCause returns the broker's reason for closing the channel if it has
+// been handed over already (amqp091 sends it before closing the confirm
+// listener), else nil.
+func (p *Publisher) closeCause() *amqp.Error {
+	select {
+	case e := <-p.closes:
+		return e
+	default:
+		return nil
+	}
+}
+
+func (p *Publisher) recordReturn(r amqp.Return) {
+	id, _ := r.Headers[PublishIDHeader].(string)
+	seq, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		p.logger.Warn("rabbitmq: return for a message this publisher did not send",
+			"queue", r.RoutingKey, "reply_code", r.ReplyCode, "reply_text", r.ReplyText)
+		return
+	}
+	p.mu.Lock()
+	w := p.pending[seq]
+	if w != nil {
+		w.returned = &ReturnError{Queue: r.RoutingKey, Code: r.ReplyCode, Text: r.ReplyText}
+	}
+	p.mu.Unlock()
+	if w == nil {
+		p.logger.Warn("rabbitmq: publish returned after its caller stopped waiting",
+			"queue", r.RoutingKey, "publish_id", seq, "reply_code", r.ReplyCode, "reply_text", r.ReplyText)
+	}
+}
+
+func (p *Publisher) complete(c amqp.Confirmation) {
+	p.mu.Lock()
+	w := p.pending[c.DeliveryTag]
+	delete(p.pending, c.DeliveryTag)
+	p.mu.Unlock()
+	if w == nil {
+		if !c.Ack {
+			p.logger.Warn("rabbitmq: publish nacked after its caller stopped waiting", "publish_id", c.DeliveryTag)
+		}
+		return
+	}
+	var err error
+	switch {
+	case !c.Ack:
+		err = fmt.Errorf("%w: publish to queue %q (publish id %d)", ErrNacked, w.queue, c.DeliveryTag)
+	case w.returned != nil:
+		err = w.returned
+	}
+	p.send(w, err)
+}
+
+// shutdown closes the Publisher: every waiter in flight, and every later
+// Publish, fails with an error wrapping ErrPublisherClosed and cause.
+func (p *Publisher) shutdown(cause *amqp.Error) {
+	p.mu.Lock()
+	switch {
+	case cause != nil:
+		p.err = fmt.Errorf("%w: channel closed by the broker: %w", ErrPublisherClosed, cause)
+	case p.err == nil:
+		p.err = fmt.Errorf("%w: channel closed", ErrPublisherClosed)
+	}
+	err := p.err
+	inFlight := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+
+	if cause != nil {
+		p.logger.Error("rabbitmq: publishing channel closed by the broker", "error", cause, "in_flight", len(inFlight))
+	} else {
+		p.logger.Debug("rabbitmq: publishing channel closed", "in_flight", len(inFlight))
+	}
+	for _, w := range inFlight {
+		p.send(w, err)
+	}
+}
+
+// send hands w its outcome. Each waiter is sent exactly one outcome into a
+// buffer of one, so this never blocks; the default case only guards the
+// dispatcher against a bug.
+func (p *Publisher) send(w *waiter, err error) {
+	select {
+	case w.result <- err:
+	default:
+		p.logger.Error("rabbitmq: publisher bug: a waiter got two outcomes", "queue", w.queue)
+	}
+}
