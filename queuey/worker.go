@@ -23,10 +23,10 @@ type WorkerConfig struct {
 	// returned to its queue. Defaults to the real clock.
 	Clock clock.Clock
 	// StopTimeout bounds how long Run waits, once its context is done, for
-	// running handlers to return and their jobs to be settled. Handlers'
-	// contexts are cancelled when it runs out; a job still unsettled then
-	// is returned to its queue by the broker when the consumer's channel
-	// closes. Defaults to 30 seconds.
+	// running handlers to return and their jobs to be settled. When it runs
+	// out, handlers' contexts are cancelled, and so is the settling of
+	// their jobs: each goes back to its queue unacknowledged (requeued),
+	// never lost. Defaults to 30 seconds.
 	StopTimeout time.Duration
 	// RequeueDelay is how long a job whose successor could not be published
 	// (or which could not be dead-lettered) waits before it is returned to

@@ -404,3 +404,57 @@ func TestQuorumPoisonJobReachesTheDeadQueueWithDeliveryLimit(t *testing.T) {
 		t.Fatalf("dead letter headers %v", d.Headers)
 	}
 }
+
+// TestStopTimeoutCancelsHandlersThatIgnoreTheStop wires a worker on the
+// real clock with a 50 ms StopTimeout: a handler that waits for its context
+// keeps Run from returning until the timeout cancels it, and its job goes
+// back to its queue: not acknowledged, not lost.
+func TestStopTimeoutCancelsHandlersThatIgnoreTheStop(t *testing.T) {
+	b := membroker.New(membroker.Config{})
+	conn, _ := b.Dial()
+	t.Cleanup(func() { _ = conn.Close() })
+	backend, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	queues := []queuey.QueueConfig{jobsQueue()}
+	producer, err := queuey.NewProducer(ctx, backend, queues, queuey.ProducerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := queuey.NewWorker(ctx, backend, []queuey.QueueConfig{jobsQueue()}, queuey.WorkerConfig{StopTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, cancelled := make(chan struct{}), make(chan struct{})
+	if err := queuey.Register(worker, queuey.HandlerFunc[Work](func(ctx context.Context, job *queuey.Job[Work]) error {
+		close(started)
+		<-ctx.Done()
+		close(cancelled)
+		return ctx.Err()
+	})); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(runCtx) }()
+	if _, err := producer.Enqueue(ctx, Work{}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	stop()
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler was never cancelled after StopTimeout")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// Settling runs on the cancelled context too, so the job is not
+	// published anywhere: it goes back to its queue, unacknowledged.
+	if q, _ := b.Queue("jobs"); q.Ready != 1 || q.Unacked != 0 {
+		t.Fatalf("after the stop timeout: jobs has ready %d unacked %d; want the job back, ready", q.Ready, q.Unacked)
+	}
+}
