@@ -155,11 +155,17 @@ func (w *Worker) Run(ctx context.Context) error {
 			defer readers.Done()
 			slots := make(chan struct{}, q.Prefetch)
 			for d := range c.Deliveries() {
+				if consumeCtx.Err() != nil {
+					// Stopping: start no new handler; what arrives before
+					// the cancel takes effect goes straight back.
+					_ = d.Requeue()
+					continue
+				}
 				slots <- struct{}{}
 				inflight.Add(1)
 				go func() {
 					defer func() { <-slots; inflight.Done() }()
-					w.process(handlerCtx, q, d)
+					w.process(handlerCtx, consumeCtx.Done(), q, d)
 				}()
 			}
 			ended <- c.Err()
@@ -205,15 +211,16 @@ func (w *Worker) draw() float64 {
 }
 
 // process runs one delivery to completion: handler, decision, successor,
-// and only then the acknowledgement.
-func (w *Worker) process(ctx context.Context, q QueueConfig, d Delivery) {
+// and only then the acknowledgement. stopping is closed once the worker is
+// stopping (its context ended or a subscription did).
+func (w *Worker) process(ctx context.Context, stopping <-chan struct{}, q QueueConfig, d Delivery) {
 	log := w.cfg.Logger
 	env, err := DecodeEnvelope(d.Body())
 	if err != nil {
 		log.ErrorContext(ctx, "queuey: malformed envelope: dead-lettering it verbatim",
 			slog.String("queue", q.Name), slog.String("error", err.Error()))
 		if err := w.backend.DeadLetter(ctx, q.Name, d.Body(), ReasonMalformed, 0); err != nil {
-			w.requeueLater(ctx, q, d, "", err)
+			w.requeueLater(ctx, stopping, q, d, "", err)
 			return
 		}
 		w.ack(ctx, q, d, "")
@@ -256,7 +263,7 @@ func (w *Worker) process(ctx context.Context, q QueueConfig, d Delivery) {
 		}
 	}
 	if err != nil {
-		w.requeueLater(ctx, q, d, env.ID, err)
+		w.requeueLater(ctx, stopping, q, d, env.ID, err)
 		return
 	}
 	w.ack(ctx, q, d, env.ID)
@@ -286,12 +293,13 @@ func (w *Worker) ack(ctx context.Context, q QueueConfig, d Delivery, id string) 
 // requeueLater returns a job whose settlement failed to its queue after
 // RequeueDelay (at once if the worker is stopping), unacknowledged until
 // then: never lost, never in a hot loop.
-func (w *Worker) requeueLater(ctx context.Context, q QueueConfig, d Delivery, id string, cause error) {
+func (w *Worker) requeueLater(ctx context.Context, stopping <-chan struct{}, q QueueConfig, d Delivery, id string, cause error) {
 	w.cfg.Logger.ErrorContext(ctx, "queuey: could not settle job: returning it to its queue",
 		slog.String("job_id", id), slog.String("queue", q.Name), slog.String("error", cause.Error()),
 		slog.Duration("requeue_delay", w.cfg.RequeueDelay))
 	select {
 	case <-w.cfg.Clock.After(w.cfg.RequeueDelay):
+	case <-stopping:
 	case <-ctx.Done():
 	}
 	if err := d.Requeue(); err != nil {

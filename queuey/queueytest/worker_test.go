@@ -458,3 +458,46 @@ func TestStopTimeoutCancelsHandlersThatIgnoreTheStop(t *testing.T) {
 		t.Fatalf("after the stop timeout: jobs has ready %d unacked %d; want the job back, ready", q.Ready, q.Unacked)
 	}
 }
+
+// TestStopDoesNotWaitOutRequeueDelay: a job whose retry cannot be
+// published (its hold queue exists with other arguments) waits RequeueDelay
+// before going back to its queue, but not once the worker is stopping.
+// Virtual time never moves here, so only the stop can end that wait.
+func TestStopDoesNotWaitOutRequeueDelay(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	ch := brokerChannel(t, h)
+	if _, err := ch.QueueDeclare("jobs.deferred.2000", true, false, false, false, amqp.Table{"x-message-ttl": int32(5)}); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{}, 1)
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+		select {
+		case ran <- struct{}{}:
+		default:
+		}
+		return errors.New("fails, and its retry cannot be held")
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Worker.Run(ctx) }()
+	if _, err := h.Producer.Enqueue(context.Background(), Work{}); err != nil {
+		t.Fatal(err)
+	}
+	<-ran
+	h.WaitFor("the refused hold declaration", func() bool {
+		q, _ := h.Broker.Queue("jobs")
+		return q.Unacked == 1
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run waited out RequeueDelay after its context was cancelled")
+	}
+	if q, _ := h.Broker.Queue("jobs"); q.Ready != 1 || q.Unacked != 0 {
+		t.Fatalf("jobs: ready %d unacked %d; want the job back on its queue", q.Ready, q.Unacked)
+	}
+}
