@@ -78,7 +78,9 @@ func (e *ReturnError) Is(target error) bool { return target == ErrReturned }
 // The Publisher owns its channel: nothing else may publish on it (that would
 // shift the sequence numbers) or declare on it (a refused declaration closes
 // the channel). It is safe for concurrent use. When the channel closes, the
-// Publisher is closed for good: reconnection is the caller's business.
+// Publisher is closed for good (Done is closed, Err says why): reconnection
+// is the caller's business, and a Publisher does not follow amqp091's
+// automatic recovery onto a recovered channel.
 type Publisher struct {
 	ch     Channel
 	logger *slog.Logger
@@ -142,7 +144,7 @@ func NewPublisher(ch Channel, logger *slog.Logger) (*Publisher, error) {
 // Publish publishes msg to queue through the default exchange, mandatory,
 // and blocks until the broker confirms it, ctx is done, or the channel
 // closes. It returns nil once the broker has taken responsibility for the
-// message (for a persistent message on a durable queue: written to disk).
+// message (a persistent message on a durable queue: once persisted).
 // Otherwise the error matches ErrReturned (no such queue), ErrNacked, or
 // ErrPublisherClosed (wrapping the broker's *amqp.Error when it closed the
 // channel or connection; the message may or may not have been enqueued).
@@ -219,7 +221,8 @@ func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 // ErrPublisherClosed unless the confirm arrives while the channel closes,
 // and so do later ones; to have every publish confirmed, let the Publish
 // calls return before calling Close. It returns the error of closing the
-// channel, nil on later calls.
+// channel (nil if the broker had closed it already); calling it again
+// returns the same.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
@@ -277,7 +280,9 @@ func (p *Publisher) recycle(w *waiter) {
 }
 
 // publishFailed turns the client library's refusal to publish into
-// Publish's error.
+// Publish's error. When it refused because the channel is closed, the
+// close notification is on its way to the dispatcher, so it waits for the
+// dispatcher to shut down, within ctx, to return the broker's reason.
 func (p *Publisher) publishFailed(ctx context.Context, queue string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 		return ctxErr
@@ -285,8 +290,8 @@ func (p *Publisher) publishFailed(ctx context.Context, queue string, err error) 
 	if errors.Is(err, amqp.ErrClosed) || p.ch.IsClosed() {
 		select {
 		case <-p.done:
-			return p.Err() // carries the broker's reason, if it gave one
-		default:
+			return p.Err()
+		case <-ctx.Done():
 			return fmt.Errorf("%w: publish to queue %q: %w", ErrPublisherClosed, queue, err)
 		}
 	}

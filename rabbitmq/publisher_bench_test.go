@@ -90,25 +90,26 @@ func benchEnqueue(b *testing.B, channel func(b *testing.B) (benchChannel, func(q
 		{"raw", newRawEnqueuer},
 		{"mutex", newMutexEnqueuer},
 	}
-	for _, impl := range impls {
-		b.Run("impl="+impl.name, func(b *testing.B) {
-			for _, g := range []int{1, 8, 64} {
-				b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-					admin, purge := channel(b)
-					q := uniqueName("queuey-bench")
-					if _, err := admin.QueueDeclare(q, true, false, false, false, nil); err != nil {
-						b.Fatal(err)
-					}
-					b.Cleanup(func() {
-						_, _ = admin.QueueDelete(q, false, false, false)
-						_ = admin.Close()
-					})
-					pubCh, _ := channel(b)
-					e := impl.new(b, pubCh)
-					runEnqueue(b, g, e, q, purge)
+	// The implementations take turns at each goroutine count, so that a
+	// broker slowing down over a run (or a busy machine) does not favour
+	// one of them; the names still read impl=…/goroutines=….
+	for _, g := range []int{1, 8, 64} {
+		for _, impl := range impls {
+			b.Run(fmt.Sprintf("impl=%s/goroutines=%d", impl.name, g), func(b *testing.B) {
+				admin, purge := channel(b)
+				q := uniqueName("queuey-bench")
+				if _, err := admin.QueueDeclare(q, true, false, false, false, nil); err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() {
+					_, _ = admin.QueueDelete(q, false, false, false)
+					_ = admin.Close()
 				})
-			}
-		})
+				pubCh, _ := channel(b)
+				e := impl.new(b, pubCh)
+				runEnqueue(b, g, e, q, purge)
+			})
+		}
 	}
 }
 

@@ -131,7 +131,7 @@ func (env *pubEnv) drain(t *testing.T, queue string) []amqp.Delivery {
 	}
 }
 
-// publisher starts a Publisher on ch, closed at the end of the test.
+// newTestPublisher starts a Publisher on ch, closed at the end of the test.
 func newTestPublisher(t *testing.T, ch Channel, logger *slog.Logger) *Publisher {
 	t.Helper()
 	p, err := NewPublisher(ch, logger)
@@ -231,8 +231,8 @@ func TestPublisherReturnsMissingQueue(t *testing.T) {
 	})
 }
 
-// publishAll publishes n messages from g goroutines, body i to queues[i]
-// ("" meaning q), and returns each publish's error.
+// publishAll publishes n messages from g goroutines, body i to queueOf(i),
+// and returns each publish's error.
 func publishAll(ctx context.Context, p *Publisher, n, g int, queueOf func(i int) string) []error {
 	errs := make([]error, n)
 	next := make(chan int, n)
@@ -814,6 +814,31 @@ func TestNewPublisherOnClosedChannel(t *testing.T) {
 		if p, err := NewPublisher(ch, nil); err == nil {
 			_ = p.Close()
 			t.Fatal("NewPublisher on a closed channel: no error")
+		}
+	})
+}
+
+// TestPublisherRefusedByClient: a message the client library refuses to
+// encode fails alone, before reaching the broker, and the Publisher goes
+// on.
+func TestPublisherRefusedByClient(t *testing.T) {
+	eachBroker(t, func(t *testing.T, env *pubEnv) {
+		q := env.queue(t)
+		p := newTestPublisher(t, env.channel(t), nil)
+		bad := amqp.Publishing{Headers: amqp.Table{"unencodable": struct{}{}}, Body: []byte("bad")}
+		err := p.Publish(t.Context(), q, bad)
+		if err == nil || errors.Is(err, ErrPublisherClosed) || errors.Is(err, ErrReturned) {
+			t.Fatalf("got %v, want the client library's refusal", err)
+		}
+		if err := p.Publish(t.Context(), q, msg("good")); err != nil {
+			t.Fatalf("publish after a refused one: %v", err)
+		}
+		if n := p.pendingCount(); n != 0 {
+			t.Errorf("%d waiters left behind", n)
+		}
+		got := env.drain(t, q)
+		if len(got) != 1 || string(got[0].Body) != "good" || got[0].Headers[PublishIDHeader] != "1" {
+			t.Errorf("queue holds %v, want the good message with publish id 1", got)
 		}
 	})
 }
