@@ -34,6 +34,8 @@ func TestDecide(t *testing.T) {
 			Decision{Action: ActionDefer, Successor: job(2, 2, 10), Delay: 30 * time.Second, Reason: "rate limited"}},
 		{"defer on the last attempt still defers", job(3, 0, 0), Defer(time.Second, "429"), classic,
 			Decision{Action: ActionDefer, Successor: job(3, 1, 10), Delay: time.Second, Reason: "429"}},
+		{"no built-in cap on deferrals", job(1, 1000, 0), Defer(time.Second, "still 429"), classic,
+			Decision{Action: ActionDefer, Successor: job(1, 1001, 10), Delay: time.Second, Reason: "still 429"}},
 		{"wrapped defer", job(1, 0, 0), fmt.Errorf("calling api: %w", Defer(time.Second, "429")), classic,
 			Decision{Action: ActionDefer, Successor: job(1, 1, 10), Delay: time.Second, Reason: "429"}},
 		{"defer on a plain queue comes back FIFO", job(1, 0, 0), Defer(time.Second, ""), plain,

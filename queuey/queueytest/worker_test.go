@@ -501,3 +501,40 @@ func TestStopDoesNotWaitOutRequeueDelay(t *testing.T) {
 		t.Fatalf("jobs: ready %d unacked %d; want the job back on its queue", q.Ready, q.Unacked)
 	}
 }
+
+// TestLogLevelsAndAttributes: a deferral is logged at INFO, a retry at WARN
+// and a dead letter at ERROR, each with the job's id, queue, attempt and
+// deferrals, and the delay where there is one.
+func TestLogLevelsAndAttributes(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	q := jobsQueue()
+	q.Retry.MaxAttempts = 2
+	h := queueytest.New(t, queueytest.Options{Worker: queuey.WorkerConfig{Logger: logger}}, q)
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+		if job.Deferrals == 0 {
+			return queuey.Defer(time.Second, "429")
+		}
+		return errors.New("down")
+	})
+	h.Start()
+	id, _ := h.Producer.Enqueue(context.Background(), Work{})
+	h.WaitFor("the deferral", func() bool { return h.Held("jobs") == 1 })
+	h.Advance(time.Second)
+	h.WaitFor("the retry", func() bool { return len(h.Log.RunsOf(id)) == 2 && h.Held("jobs") == 1 })
+	h.Advance(2 * time.Second)
+	h.WaitFor("the dead letter", func() bool { return h.Dead("jobs") == 1 })
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	for _, want := range []string{
+		`"level":"INFO","msg":"queuey: job deferred","job_id":"` + id + `","queue":"jobs","kind":"work","attempt":1,"deferrals":0,"delay":1000000000,"reason":"429"`,
+		`"level":"WARN","msg":"queuey: job failed, retrying","job_id":"` + id + `","queue":"jobs","kind":"work","attempt":1,"deferrals":1,"delay":2000000000`,
+		`"level":"ERROR","msg":"queuey: job dead-lettered","job_id":"` + id + `","queue":"jobs","kind":"work","attempt":2,"deferrals":1,"reason":"attempts exhausted"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no log line containing\n%s\nin\n%s", want, out)
+		}
+	}
+}
