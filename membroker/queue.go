@@ -287,6 +287,7 @@ func (q *queue) purge() int {
 	}
 	q.returns = fifo{}
 	q.ready = 0
+	q.counter = 0 // rabbit_fifo's purge starts a new rabbit_fifo_q, counter included
 	return n
 }
 

@@ -2,6 +2,7 @@ package membroker
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -910,5 +911,29 @@ func TestQuorumGetCountsExpiredHeadUntilSettled(t *testing.T) {
 	d, ok, err = e.ch.Get("q", true)
 	if err != nil || !ok || string(d.Body) != "c" || d.MessageCount != 0 {
 		t.Fatalf("no-ack get: %q remaining=%d ok=%v err=%v, want c remaining=0", d.Body, d.MessageCount, ok, err)
+	}
+}
+
+// TestQuorum40PurgeResetsPriorityCounter: rabbit_fifo's purge replaces the
+// message queue with rabbit_fifo_q:new(), so the 2:1 counter starts again
+// from 0 (rabbit_fifo.erl apply(#purge{})). Found by the generated
+// conformance sequences (regression 35cdb4289a4a).
+func TestQuorum40PurgeResetsPriorityCounter(t *testing.T) {
+	e := newEnv(t, RabbitMQ40)
+	e.declare("qq", amqp.Table{"x-queue-type": "quorum"})
+	e.publish("qq", "first", amqp.Publishing{})
+	e.drain("qq") // one take: the counter is at 1
+	e.publish("qq", "second", amqp.Publishing{})
+	if _, err := e.ch.QueuePurge("qq", false); err != nil {
+		t.Fatal(err)
+	}
+	// With the counter back at 0, two high messages go before a normal one
+	// published earlier; had it stayed at 1, the normal one would come second.
+	e.publish("qq", "lo", amqp.Publishing{Priority: 1})
+	e.publish("qq", "hi1", amqp.Publishing{Priority: 6})
+	e.publish("qq", "hi2", amqp.Publishing{Priority: 8})
+	got := strings.Join(e.drain("qq"), " ")
+	if want := "hi1 hi2 lo"; got != want {
+		t.Fatalf("after a purge: %s, want %s", got, want)
 	}
 }

@@ -201,6 +201,7 @@ func (s Sequence) Play(r *Run) {
 			}
 		}
 	}
+	r.Checkpoint() // the final gets depend on which TTLs have run out
 	if st.consumer != nil {
 		r.Surplus(st.consumer)
 	}
@@ -260,9 +261,6 @@ func (st *seqState) play(s Sequence, op Op) {
 			r.Nack(ch, tag, op.Multiple, op.Requeue)
 		case OpReject:
 			r.Reject(ch, tag, op.Requeue)
-		}
-		if op.Kind != OpAck {
-			r.Quiesce() // a requeue or dead letter may still be on its way
 		}
 		for j := len(settled) - 1; j >= 0; j-- {
 			tags = slices.Delete(tags, settled[j], settled[j]+1)

@@ -79,6 +79,28 @@ type Live struct {
 	URL     string
 	start   time.Time
 	elapsed time.Duration
+	late    time.Duration // the most the run has been behind its schedule
+}
+
+// MaxLate is how far behind its schedule a live run may fall and still be
+// compared with the model: scenarios keep every deadline at least 250 ms
+// from every observation. A live broker under load can fall further
+// behind; such a run is inconclusive, not a divergence.
+const MaxLate = 200 * time.Millisecond
+
+// Late reports the most the run fell behind its schedule: how much longer
+// than on the model (where they take no time) the operations before a wait
+// (or before a Checkpoint) took.
+func (l *Live) Late() time.Duration { return l.late }
+
+// checkpoint records how far behind its schedule the run is now.
+func (l *Live) checkpoint() {
+	if l.start.IsZero() {
+		l.start = time.Now()
+	}
+	if late := time.Since(l.start.Add(l.elapsed)); late > l.late {
+		l.late = late
+	}
 }
 
 // Name implements Target.
@@ -104,9 +126,7 @@ func (c liveConn) Close() error              { return c.c.Close() }
 // Wait implements Target: it sleeps until the run's schedule has advanced
 // by d.
 func (l *Live) Wait(d time.Duration) {
-	if l.start.IsZero() {
-		l.start = time.Now()
-	}
+	l.checkpoint()
 	l.elapsed += d
 	time.Sleep(time.Until(l.start.Add(l.elapsed)))
 }
@@ -194,6 +214,8 @@ type Run struct {
 	conns  []Conn
 	chans  map[Channel]*chanState
 	quorum map[string]bool // queues declared as quorum queues
+	leased map[string]bool // queues declared with x-expires: Quiesce must not touch them
+	timed  bool            // something in the run has a deadline (a TTL, an expiration, x-expires)
 	fatal  error
 	// ReceiveAll counts: recorded on a run without expectations (the
 	// model's), consumed as expectations by a run given them (the live one).
@@ -216,7 +238,7 @@ var errAbort = errors.New("conformance: scenario aborted")
 // NewRun prepares a run on target. prefix makes queue names unique on a
 // shared live broker; it is removed from the trace.
 func NewRun(target Target, prefix string) *Run {
-	return &Run{target: target, prefix: prefix, chans: map[Channel]*chanState{}, quorum: map[string]bool{}}
+	return &Run{target: target, prefix: prefix, chans: map[Channel]*chanState{}, quorum: map[string]bool{}, leased: map[string]bool{}}
 }
 
 // Target is the broker this run is on.
@@ -228,6 +250,11 @@ func (r *Run) Trace() []string {
 	defer r.mu.Unlock()
 	return slices.Clone(r.lines)
 }
+
+// Timed reports whether anything in the run had a deadline (a queue TTL or
+// x-expires was declared, or a message with an expiration published): only
+// then can falling behind the schedule change what a live run observes.
+func (r *Run) Timed() bool { return r.timed }
 
 // Err reports why the run was aborted, if it was.
 func (r *Run) Err() error { return r.fatal }
@@ -345,6 +372,13 @@ func (r *Run) Declare(ch Channel, name string, durable, autoDelete, exclusive bo
 	if t, _ := args["x-queue-type"].(string); t == "quorum" {
 		r.quorum[name] = true
 	}
+	if _, ok := args["x-expires"]; ok {
+		r.leased[name] = true
+		r.timed = true
+	}
+	if _, ok := args["x-message-ttl"]; ok {
+		r.timed = true
+	}
 	r.Logf("declare %s: ok name=%s messages=%d consumers=%d", name, q.Name, q.Messages, q.Consumers)
 	return true
 }
@@ -423,8 +457,8 @@ func (r *Run) settleStats(name string) {
 // a quorum queue's Ra effects, a requeue after a channel closed. It reads
 // the counts of every queue of the run, on a separate connection, until two
 // reads 10 ms apart agree. A passive declare renews a classic queue's
-// x-expires lease, so Quiesce is for scenarios without x-expires (the
-// generated ones); on the model it does nothing.
+// x-expires lease, so Quiesce leaves queues declared with x-expires alone;
+// on the model it does nothing.
 func (r *Run) Quiesce() {
 	live, ok := r.target.(*Live)
 	if !ok {
@@ -438,6 +472,9 @@ func (r *Run) Quiesce() {
 	snapshot := func() string {
 		var b strings.Builder
 		for _, name := range r.queues {
+			if r.leased[name] {
+				continue
+			}
 			ch, err := c.Channel()
 			if err != nil {
 				return ""
@@ -492,6 +529,9 @@ func (r *Run) PublishMandatory(ch Channel, queue, body string, p amqp.Publishing
 
 func (r *Run) publish(ch Channel, queue, body string, p amqp.Publishing, mandatory bool) {
 	st := r.state(ch)
+	if p.Expiration != "" {
+		r.timed = true
+	}
 	p.Body = []byte(body)
 	if err := ch.Publish("", queue, mandatory, false, p); err != nil {
 		r.Logf("publish %s %q: %s", queue, body, describeErr(err))
@@ -595,20 +635,24 @@ func (r *Run) Ack(ch Channel, tag uint64, multiple bool) {
 	r.barrier(ch)
 }
 
-// Nack negatively acknowledges and waits until the broker has processed it.
+// Nack negatively acknowledges and waits until the broker has processed it,
+// and any dead letter or requeue it caused has landed (see Quiesce).
 func (r *Run) Nack(ch Channel, tag uint64, multiple, requeue bool) {
 	if err := ch.Nack(tag, multiple, requeue); err != nil {
 		r.Logf("nack %d: %s", tag, describeErr(err))
 	}
 	r.barrier(ch)
+	r.Quiesce()
 }
 
-// Reject rejects and waits until the broker has processed it.
+// Reject rejects and waits until the broker has processed it, and any dead
+// letter or requeue it caused has landed (see Quiesce).
 func (r *Run) Reject(ch Channel, tag uint64, requeue bool) {
 	if err := ch.Reject(tag, requeue); err != nil {
 		r.Logf("reject %d: %s", tag, describeErr(err))
 	}
 	r.barrier(ch)
+	r.Quiesce()
 }
 
 // Consume starts a consumer with an explicit tag (tags are compared).
@@ -750,6 +794,15 @@ func (r *Run) Cancels(ch Channel, n int) {
 			r.Logf("no broker cancel within %s", r.target.Patience())
 			return
 		}
+	}
+}
+
+// Checkpoint notes, on a live run, how far behind its schedule it is at
+// this point (see Live.Late); it records nothing in the trace. A scenario
+// whose final observations depend on time calls it after them.
+func (r *Run) Checkpoint() {
+	if live, ok := r.target.(*Live); ok {
+		live.checkpoint()
 	}
 }
 
