@@ -425,30 +425,110 @@ func isEnvelopeKey(key string) bool {
 }
 
 // eachEnvelopeMember calls fn with each member of the JSON object obj, which
-// must already be known to be a valid JSON object, in order.
+// must already be known to be a valid JSON object, in order. Values are
+// sub-slices of obj.
 func eachEnvelopeMember(obj []byte, fn func(key string, value json.RawMessage) error) error {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if _, err := dec.Token(); err != nil { // '{'
-		return &EnvelopeError{Reason: "cannot read object: " + err.Error()}
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
+	i := skipJSONSpace(obj, 0) + 1 // past '{'
+	for {
+		i = skipJSONSpace(obj, i)
+		switch obj[i] {
+		case '}':
+			return nil
+		case ',':
+			i = skipJSONSpace(obj, i+1)
+		}
+		end := endOfJSONString(obj, i)
+		rawKey := obj[i:end]
+		var key string
+		if bytes.IndexByte(rawKey, '\\') < 0 {
+			key = internEnvelopeKey(rawKey[1 : len(rawKey)-1])
+		} else if err := json.Unmarshal(rawKey, &key); err != nil {
 			return &EnvelopeError{Reason: "cannot read object: " + err.Error()}
 		}
-		key, ok := tok.(string)
-		if !ok {
-			return &EnvelopeError{Reason: fmt.Sprintf("cannot read object: key is %T", tok)}
-		}
-		var value json.RawMessage
-		if err := dec.Decode(&value); err != nil {
-			return &EnvelopeError{Reason: "cannot read object: " + err.Error()}
-		}
-		if err := fn(key, value); err != nil {
+		i = skipJSONSpace(obj, end) + 1 // past ':'
+		i = skipJSONSpace(obj, i)
+		vend := endOfJSONValue(obj, i)
+		if err := fn(key, obj[i:vend:vend]); err != nil {
 			return err
 		}
+		i = vend
 	}
-	return nil
+}
+
+// internEnvelopeKey returns the wire keys' constants without allocating.
+func internEnvelopeKey(b []byte) string {
+	switch string(b) {
+	case envelopeKeyVersion:
+		return envelopeKeyVersion
+	case envelopeKeyID:
+		return envelopeKeyID
+	case envelopeKeyKind:
+		return envelopeKeyKind
+	case envelopeKeyQueue:
+		return envelopeKeyQueue
+	case envelopeKeyPayload:
+		return envelopeKeyPayload
+	case envelopeKeyAttempt:
+		return envelopeKeyAttempt
+	case envelopeKeyDeferrals:
+		return envelopeKeyDeferrals
+	case envelopeKeyPriority:
+		return envelopeKeyPriority
+	case envelopeKeyEnqueuedAt:
+		return envelopeKeyEnqueuedAt
+	case envelopeKeyExt:
+		return envelopeKeyExt
+	}
+	return string(b)
+}
+
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// endOfJSONString returns the index just past the valid JSON string at b[i].
+func endOfJSONString(b []byte, i int) int {
+	for i++; ; i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+}
+
+// endOfJSONValue returns the index just past the valid JSON value at b[i].
+func endOfJSONValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return endOfJSONString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = endOfJSONString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
 }
 
 // envelopeJSONKind names the type of the valid JSON value raw.
@@ -476,6 +556,9 @@ func envelopeJSONKind(raw []byte) string {
 func decodeEnvelopeString(key string, raw json.RawMessage) (string, error) {
 	if kind := envelopeJSONKind(raw); kind != "string" {
 		return "", &EnvelopeError{Field: key, Reason: "must be a string, got " + kind}
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
@@ -525,6 +608,9 @@ func decodeEnvelopeExt(raw json.RawMessage) (map[string]json.RawMessage, error) 
 
 // compactEnvelopeJSON returns a compacted copy of the valid JSON value raw.
 func compactEnvelopeJSON(raw json.RawMessage) json.RawMessage {
+	if bytes.IndexAny(raw, " \t\r\n") < 0 {
+		return bytes.Clone(raw)
+	}
 	var buf bytes.Buffer
 	buf.Grow(len(raw))
 	if err := json.Compact(&buf, raw); err != nil {

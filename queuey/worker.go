@@ -153,7 +153,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			slots := make(chan struct{}, q.Prefetch)
+			// Handler goroutines live as long as the subscription and take
+			// deliveries from work; a new one starts only when every one
+			// is busy, up to q.Prefetch of them.
+			work := make(chan Delivery)
+			handlers := 0
 			for d := range c.Deliveries() {
 				if consumeCtx.Err() != nil {
 					// Stopping: start no new handler; what arrives before
@@ -161,13 +165,24 @@ func (w *Worker) Run(ctx context.Context) error {
 					_ = d.Requeue()
 					continue
 				}
-				slots <- struct{}{}
-				inflight.Add(1)
-				go func() {
-					defer func() { <-slots; inflight.Done() }()
+				select {
+				case work <- d:
+					continue
+				default:
+				}
+				if handlers == q.Prefetch {
+					work <- d
+					continue
+				}
+				handlers++
+				inflight.Go(func() {
 					w.process(handlerCtx, consumeCtx.Done(), q, d)
-				}()
+					for d := range work {
+						w.process(handlerCtx, consumeCtx.Done(), q, d)
+					}
+				})
 			}
+			close(work)
 			ended <- c.Err()
 		}()
 	}
@@ -226,8 +241,6 @@ func (w *Worker) process(ctx context.Context, stopping <-chan struct{}, q QueueC
 		w.ack(ctx, q, d, "")
 		return
 	}
-	attrs := []any{slog.String("job_id", env.ID), slog.String("queue", q.Name), slog.String("kind", env.Kind),
-		slog.Int("attempt", env.Attempt), slog.Int("deferrals", env.Deferrals)}
 
 	w.mu.Lock()
 	h, ok := w.handlers[env.Kind]
@@ -240,10 +253,14 @@ func (w *Worker) process(ctx context.Context, stopping <-chan struct{}, q QueueC
 	}
 
 	dec := Decide(env, result, q, w.draw())
-	switch dec.Action {
-	case ActionAck:
+	if dec.Action == ActionAck {
 		w.ack(ctx, q, d, env.ID)
 		return
+	}
+	// Built only off the hot path: an acknowledged job logs nothing.
+	attrs := []any{slog.String("job_id", env.ID), slog.String("queue", q.Name), slog.String("kind", env.Kind),
+		slog.Int("attempt", env.Attempt), slog.Int("deferrals", env.Deferrals)}
+	switch dec.Action {
 	case ActionDefer:
 		log.InfoContext(ctx, "queuey: job deferred", append(attrs, slog.Duration("delay", dec.Delay), slog.String("reason", dec.Reason))...)
 		err = w.backend.Publish(ctx, dec.Successor, dec.Delay, HoldDeferred)
