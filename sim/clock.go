@@ -1,0 +1,176 @@
+// Package sim is queuey's deterministic simulator. So far it has its
+// virtual clock; the scenarios, the workload and the invariant checks are
+// the next issue.
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// Clock is virtual time for a simulation: a clock.Clock whose timers fire
+// inline, in (deadline, scheduling order) order, when the simulation moves
+// time with Advance or RunUntil, and never otherwise. Unlike clock.Mock it
+// sleeps no real time per timer, so millions of events cost only what the
+// callbacks do.
+//
+// It is meant for one goroutine: the simulation's. Callbacks run on the
+// goroutine that called Advance or RunUntil, and may schedule more timers,
+// including at the current instant (they run in the same call, after the
+// ones already due). AfterFunc never calls f before returning, as membroker
+// requires of its clock.
+//
+// Limits, by design: timers cannot be stopped or reset (AfterFunc returns
+// nil, Timer and Ticker return values with only C set: membroker and
+// queuey's worker use neither Stop nor Reset); Sleep panics, since blocking
+// the only goroutine would stop time for good; contexts from WithDeadline
+// and WithTimeout are cancelled at the virtual deadline but do not report
+// it from Deadline.
+type Clock struct {
+	now    time.Time
+	seq    uint64
+	timers timerHeap
+	fired  uint64
+}
+
+// NewClock returns a clock standing at start.
+func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+
+var _ clock.Clock = (*Clock)(nil)
+
+type timer struct {
+	at  time.Time
+	seq uint64
+	fn  func()
+}
+
+type timerHeap []timer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = timer{}
+	*h = old[:len(old)-1]
+	return t
+}
+
+// schedule adds fn to run d from now (at once, on the next Advance or
+// RunUntil, when d <= 0).
+func (c *Clock) schedule(d time.Duration, fn func()) {
+	c.seq++
+	heap.Push(&c.timers, timer{at: c.now.Add(max(d, 0)), seq: c.seq, fn: fn})
+}
+
+// RunUntil moves time to t, firing every timer due by then in order, each
+// at its own deadline. Time never moves backwards.
+func (c *Clock) RunUntil(t time.Time) {
+	for len(c.timers) > 0 && !c.timers[0].at.After(t) {
+		next := heap.Pop(&c.timers).(timer)
+		if next.at.After(c.now) {
+			c.now = next.at
+		}
+		c.fired++
+		next.fn()
+	}
+	if t.After(c.now) {
+		c.now = t
+	}
+}
+
+// Advance moves time forward by d; see RunUntil.
+func (c *Clock) Advance(d time.Duration) { c.RunUntil(c.now.Add(d)) }
+
+// Next reports the deadline of the earliest pending timer.
+func (c *Clock) Next() (time.Time, bool) {
+	if len(c.timers) == 0 {
+		return time.Time{}, false
+	}
+	return c.timers[0].at, true
+}
+
+// Pending counts the timers not yet fired; Fired counts those fired.
+func (c *Clock) Pending() int  { return len(c.timers) }
+func (c *Clock) Fired() uint64 { return c.fired }
+
+// Now implements clock.Clock.
+func (c *Clock) Now() time.Time { return c.now }
+
+// Since implements clock.Clock.
+func (c *Clock) Since(t time.Time) time.Duration { return c.now.Sub(t) }
+
+// Until implements clock.Clock.
+func (c *Clock) Until(t time.Time) time.Duration { return t.Sub(c.now) }
+
+// AfterFunc implements clock.Clock. It returns nil: simulation timers
+// cannot be stopped.
+func (c *Clock) AfterFunc(d time.Duration, f func()) *clock.Timer {
+	c.schedule(d, f)
+	return nil
+}
+
+// After implements clock.Clock: the channel receives the virtual time at
+// the deadline (it is buffered, so firing never blocks).
+func (c *Clock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	c.schedule(d, func() { ch <- c.now })
+	return ch
+}
+
+// Timer implements clock.Clock with a timer whose C fires once; Stop and
+// Reset are not supported.
+func (c *Clock) Timer(d time.Duration) *clock.Timer {
+	return &clock.Timer{C: c.After(d)}
+}
+
+// Tick implements clock.Clock.
+func (c *Clock) Tick(d time.Duration) <-chan time.Time { return c.Ticker(d).C }
+
+// Ticker implements clock.Clock with a ticker that drops ticks nobody has
+// read, as time.Ticker does; Stop and Reset are not supported.
+func (c *Clock) Ticker(d time.Duration) *clock.Ticker {
+	if d <= 0 {
+		panic("sim: non-positive interval for Ticker")
+	}
+	ch := make(chan time.Time, 1)
+	var tick func()
+	tick = func() {
+		select {
+		case ch <- c.now:
+		default:
+		}
+		c.schedule(d, tick)
+	}
+	c.schedule(d, tick)
+	return &clock.Ticker{C: ch}
+}
+
+// Sleep implements clock.Clock by panicking: in a one-goroutine simulation
+// nothing could ever wake the sleeper.
+func (c *Clock) Sleep(time.Duration) {
+	panic("sim: Sleep would block the simulation's only goroutine")
+}
+
+// WithDeadline implements clock.Clock: the context is cancelled when
+// virtual time reaches d.
+func (c *Clock) WithDeadline(parent context.Context, d time.Time) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	c.schedule(d.Sub(c.now), cancel)
+	return ctx, cancel
+}
+
+// WithTimeout implements clock.Clock.
+func (c *Clock) WithTimeout(parent context.Context, t time.Duration) (context.Context, context.CancelFunc) {
+	return c.WithDeadline(parent, c.now.Add(t))
+}
