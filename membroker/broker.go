@@ -45,6 +45,12 @@ type Config struct {
 	Clock clock.Clock
 	// Version is the RabbitMQ release to model. Defaults to RabbitMQ43.
 	Version Version
+	// Observer, if set, is told of every queue created or deleted and every
+	// message enqueued, delivered or dead-lettered, in the order they
+	// happen. It runs under the broker's lock, on the goroutine whose call
+	// (or clock timer) caused the event: it must return quickly and must
+	// not call the broker. Defaults to nil: nothing is reported.
+	Observer func(Event)
 }
 
 // Broker is one in-memory RabbitMQ node with a single virtual host, "/", and
@@ -71,6 +77,7 @@ type Broker struct {
 	free          []*message  // acknowledged messages whose memory newMessage may reuse
 	deadLetters   []deadLetterInFlight
 	fired         func() // the timer callback, allocated once
+	observer      func(Event)
 }
 
 // New returns a broker with no queues and no connections.
@@ -79,7 +86,7 @@ func New(cfg Config) *Broker {
 	if clk == nil {
 		clk = clock.New()
 	}
-	b := &Broker{clk: clk, version: cfg.Version, queues: map[string]*queue{}, now: clk.Now()}
+	b := &Broker{clk: clk, version: cfg.Version, queues: map[string]*queue{}, now: clk.Now(), observer: cfg.Observer}
 	b.fired = b.onTimer
 	return b
 }
@@ -184,7 +191,7 @@ func (b *Broker) advance(now time.Time) {
 			b.run(q)
 		case evQueueExpiry:
 			if ev.gen == q.leaseGen && q.consumerCount() == 0 {
-				b.deleteQueue(q)
+				b.deleteQueue(q, "expired")
 			}
 		}
 		b.landDeadLetters() // before anything due later
@@ -411,13 +418,20 @@ func (b *Broker) route(keys ...[]string) []*queue {
 
 // deliverTo enqueues a copy of m on each target queue. The first target takes
 // m itself.
-func (b *Broker) deliverTo(targets []*queue, m *message) {
+func (b *Broker) deliverTo(targets []*queue, m *message, from *death) {
 	for i, q := range targets {
 		c := m
 		if i > 0 {
 			cp := *m
 			cp.deaths = append([]death(nil), m.deaths...)
 			c = &cp
+		}
+		if b.observer != nil {
+			ev := Event{Kind: EventEnqueued, Queue: q.name, MessageID: c.pub.MessageId, Priority: c.pub.Priority}
+			if from != nil {
+				ev.DeadLetteredFrom, ev.Reason = from.queue, from.reason
+			}
+			b.observer(ev)
 		}
 		b.enqueue(q, c)
 	}
@@ -551,8 +565,9 @@ func (b *Broker) unblock(c *consumer) {
 
 // deleteQueue removes q with its messages (which are not dead-lettered) and
 // cancels its consumers, telling their channels.
-func (b *Broker) deleteQueue(q *queue) int {
+func (b *Broker) deleteQueue(q *queue, reason string) int {
 	n := q.ready
+	b.observe(Event{Kind: EventQueueDeleted, Queue: q.name, Reason: reason, Messages: n})
 	q.deleted = true
 	delete(b.queues, q.name)
 	for _, c := range q.allConsumers() {

@@ -164,6 +164,7 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 		name: name, durable: durable, autoDelete: autoDelete, exclusive: exclusive,
 		args: args, cfg: cfg, levels: newLevels(cfg, b.version),
 	}
+	b.observe(Event{Kind: EventQueueCreated, Queue: name})
 	if exclusive {
 		q.owner = ch.conn
 	}
@@ -273,7 +274,7 @@ func (ch *Channel) QueueDelete(name string, ifUnused, ifEmpty, noWait bool) (int
 	if ifUnused && q.nconsumers > 0 {
 		return 0, ch.fail(preconditionFailed("queue '%s' in vhost '%s' in use", name, vhost))
 	}
-	return b.deleteQueue(q), nil
+	return b.deleteQueue(q, "deleted"), nil
 }
 
 // QueuePurge removes a queue's ready messages (not the unacknowledged ones)
@@ -469,7 +470,7 @@ func (ch *Channel) Publish(exchange, key string, mandatory, immediate bool, msg 
 			ch.conn.send(outItem{kind: outReturn, ret: l, r: &r})
 		}
 	}
-	b.deliverTo(targets, m)
+	b.deliverTo(targets, m, nil)
 	if ch.confirming {
 		for _, l := range ch.publishL {
 			ch.conn.send(outItem{kind: outConfirm, confirm: l, conf: amqp.Confirmation{DeliveryTag: ch.published, Ack: true}})
@@ -614,7 +615,7 @@ func (b *Broker) settled(c *consumer) {
 func (b *Broker) lastConsumerLeft(q *queue) {
 	if q.nconsumers == 0 {
 		if q.autoDelete {
-			b.deleteQueue(q)
+			b.deleteQueue(q, "auto_delete")
 			return
 		}
 		b.renewLease(q)
@@ -737,6 +738,14 @@ func (ch *Channel) handOut(q *queue, c *consumer, m *message, autoAck bool) amqp
 		DeliveryTag: tag, Redelivered: m.redelivered || m.acquired > 0 || (q.isQuorum() && m.failed > 0),
 		Exchange: m.exchange, RoutingKey: m.routingKey,
 		Body: append([]byte(nil), p.Body...),
+	}
+	if ch.b.observer != nil {
+		tagName := ""
+		if c != nil {
+			tagName = c.tag
+		}
+		ch.b.observer(Event{Kind: EventDelivered, Queue: q.name, MessageID: p.MessageId, Priority: p.Priority,
+			ConsumerTag: tagName, Redelivered: d.Redelivered})
 	}
 	return d
 }

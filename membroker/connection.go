@@ -91,7 +91,7 @@ func (c *Connection) teardown(err *amqp.Error) {
 	b := c.b
 	for _, name := range b.queueNames() {
 		if q := b.queues[name]; q.exclusive && q.owner == c {
-			b.deleteQueue(q)
+			b.deleteQueue(q, "exclusive")
 		}
 	}
 	for _, l := range c.closeL {

@@ -21,11 +21,10 @@ type death struct {
 // with one, its death is recorded and it is routed again, except to queues
 // that would close a cycle with no rejection in it.
 func (b *Broker) deadLetter(q *queue, m *message, reason string) {
-	if !q.cfg.hasDLX {
+	dropped := !q.cfg.hasDLX || q.cfg.dlx != "" // membroker has no named exchanges: a missing DLX drops silently
+	b.observe(Event{Kind: EventDeadLettered, Queue: q.name, MessageID: m.pub.MessageId, Priority: m.pub.Priority, Reason: reason, Dropped: dropped})
+	if dropped {
 		return
-	}
-	if q.cfg.dlx != "" {
-		return // membroker has no named exchanges: a missing DLX drops silently
 	}
 	if q.isQuorum() && m.failed > 0 {
 		m.deliveryCountAnn = m.failed // rabbit_fifo_dlx:discard annotates the header's delivery_count
@@ -86,13 +85,14 @@ func (b *Broker) deadLetter(q *queue, m *message, reason string) {
 	// finished the step that dead-lettered it, after that step's own
 	// deliveries. A consumer freed by a reject is served from what was
 	// already on the queue before the rejected message comes back.
-	b.deadLetters = append(b.deadLetters, deadLetterInFlight{targets: targets, m: m})
+	b.deadLetters = append(b.deadLetters, deadLetterInFlight{targets: targets, m: m, from: this})
 }
 
 // deadLetterInFlight is a dead letter on its way to its target queues.
 type deadLetterInFlight struct {
 	targets []*queue
 	m       *message
+	from    *death // the queue it left and why
 }
 
 // landDeadLetters delivers the dead letters in flight, in the order they were
@@ -108,7 +108,7 @@ func (b *Broker) landDeadLetters() {
 				live = append(live, q)
 			}
 		}
-		b.deliverTo(live, dl.m)
+		b.deliverTo(live, dl.m, dl.from)
 	}
 	b.deadLetters = nil
 }

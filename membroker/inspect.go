@@ -115,7 +115,7 @@ func (b *Broker) Restart() {
 	for _, name := range b.queueNames() {
 		q := b.queues[name]
 		if !q.durable {
-			b.deleteQueue(q)
+			b.deleteQueue(q, "restart")
 			continue
 		}
 		if !q.isQuorum() {

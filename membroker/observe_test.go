@@ -1,0 +1,95 @@
+package membroker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/google/go-cmp/cmp"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// TestObserverSeesAHoldQueueRoundTrip follows one message through a hold
+// queue: created, enqueued, expired and dead-lettered into the work queue,
+// delivered, and the idle hold queue deleted by its x-expires lease. The
+// events come in the order they happen, with the dead-letter provenance.
+func TestObserverSeesAHoldQueueRoundTrip(t *testing.T) {
+	clk := clock.NewMock()
+	var got []Event
+	b := New(Config{Clock: clk, Observer: func(ev Event) { got = append(got, ev) }})
+	conn, _ := b.Dial()
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare("work", true, false, false, false, amqp.Table{"x-max-priority": int32(10)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("work.hold.100", true, false, false, false, amqp.Table{
+		"x-message-ttl": int64(100), "x-expires": int64(200),
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("", "work.hold.100", false, false, amqp.Publishing{MessageId: "j1", Priority: 10}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(100 * time.Millisecond)
+	if ch.Unacked() != 0 {
+		t.Fatalf("Unacked before any delivery = %d", ch.Unacked())
+	}
+	d, ok, err := ch.Get("work", false)
+	if err != nil || !ok {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	if ch.Unacked() != 1 {
+		t.Fatalf("Unacked after a get = %d, want 1", ch.Unacked())
+	}
+	if err := d.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	if ch.Unacked() != 0 {
+		t.Fatalf("Unacked after the ack = %d", ch.Unacked())
+	}
+	clk.Add(200 * time.Millisecond)
+
+	want := []Event{
+		{Kind: EventQueueCreated, Queue: "work"},
+		{Kind: EventQueueCreated, Queue: "work.hold.100"},
+		{Kind: EventEnqueued, Queue: "work.hold.100", MessageID: "j1", Priority: 10},
+		{Kind: EventDeadLettered, Queue: "work.hold.100", MessageID: "j1", Priority: 10, Reason: "expired"},
+		{Kind: EventEnqueued, Queue: "work", MessageID: "j1", Priority: 10, DeadLetteredFrom: "work.hold.100", Reason: "expired"},
+		{Kind: EventDelivered, Queue: "work", MessageID: "j1", Priority: 10},
+		{Kind: EventQueueDeleted, Queue: "work.hold.100", Reason: "expired"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestObserverSeesDropsAndDeletions: a message expiring from a queue with
+// no dead-letter exchange is reported dropped, and deleting a queue reports
+// the messages that went with it.
+func TestObserverSeesDropsAndDeletions(t *testing.T) {
+	clk := clock.NewMock()
+	var got []Event
+	b := New(Config{Clock: clk, Observer: func(ev Event) { got = append(got, ev) }})
+	conn, _ := b.Dial()
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare("ttl", true, false, false, false, amqp.Table{"x-message-ttl": int64(10)}); err != nil {
+		t.Fatal(err)
+	}
+	_ = ch.Publish("", "ttl", false, false, amqp.Publishing{MessageId: "a"})
+	clk.Add(10 * time.Millisecond)
+	_ = ch.Publish("", "ttl", false, false, amqp.Publishing{MessageId: "b"})
+	if _, err := ch.QueueDelete("ttl", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	want := []Event{
+		{Kind: EventQueueCreated, Queue: "ttl"},
+		{Kind: EventEnqueued, Queue: "ttl", MessageID: "a"},
+		{Kind: EventDeadLettered, Queue: "ttl", MessageID: "a", Reason: "expired", Dropped: true},
+		{Kind: EventEnqueued, Queue: "ttl", MessageID: "b"},
+		{Kind: EventQueueDeleted, Queue: "ttl", Reason: "deleted", Messages: 1},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+}
