@@ -1,6 +1,7 @@
 package queuey
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -108,4 +109,41 @@ func Decide(env Envelope, result error, q QueueConfig, u float64) Decision {
 	next.Attempt++
 	next.Priority = 0 // a deferral's priority lasts one round
 	return Decision{Action: ActionRetry, Successor: next, Delay: q.Retry.Delay(next.Attempt, u), Err: result}
+}
+
+// PublishSuccessor carries out dec on backend for a job of queue q, the
+// first half of settling a delivery: a retry goes to a hold queue for
+// dec.Delay rounded to the retry granularity, a deferral for dec.Delay
+// rounded to the deferred granularity, and a dead letter to q's
+// dead-letter queue with dec.Reason and the attempts made. It returns once
+// the broker has confirmed the successor; ActionAck publishes nothing.
+//
+// Only after it returns nil may the delivery be acknowledged. On an error
+// the delivery must stay unacknowledged and go back to its queue, so the
+// job is never lost (at worst it runs again). The worker and the simulator
+// both settle through it.
+func PublishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec Decision) error {
+	switch dec.Action {
+	case ActionAck:
+		return nil
+	case ActionDefer:
+		return backend.Publish(ctx, dec.Successor, dec.Delay, HoldDeferred)
+	case ActionRetry:
+		return backend.Publish(ctx, dec.Successor, dec.Delay, HoldRetry)
+	case ActionDeadLetter:
+		body, err := dec.Successor.Encode()
+		if err != nil {
+			return err
+		}
+		return backend.DeadLetter(ctx, q.Name, body, dec.Reason, dec.Successor.Attempt)
+	}
+	return fmt.Errorf("queuey: unknown action %v", dec.Action)
+}
+
+// PublishMalformed dead-letters body, a delivery of queue q that is not a
+// valid envelope, verbatim with the reason ReasonMalformed and zero
+// attempts, and returns once the broker has confirmed it. As with
+// PublishSuccessor, acknowledge the delivery only after it returns nil.
+func PublishMalformed(ctx context.Context, backend Backend, q QueueConfig, body []byte) error {
+	return backend.DeadLetter(ctx, q.Name, body, ReasonMalformed, 0)
 }

@@ -234,7 +234,7 @@ func (w *Worker) process(ctx context.Context, stopping <-chan struct{}, q QueueC
 	if err != nil {
 		log.ErrorContext(ctx, "queuey: malformed envelope: dead-lettering it verbatim",
 			slog.String("queue", q.Name), slog.String("error", err.Error()))
-		if err := w.backend.DeadLetter(ctx, q.Name, d.Body(), ReasonMalformed, 0); err != nil {
+		if err := PublishMalformed(ctx, w.backend, q, d.Body()); err != nil {
 			w.requeueLater(ctx, stopping, q, d, "", err)
 			return
 		}
@@ -263,22 +263,16 @@ func (w *Worker) process(ctx context.Context, stopping <-chan struct{}, q QueueC
 	switch dec.Action {
 	case ActionDefer:
 		log.InfoContext(ctx, "queuey: job deferred", append(attrs, slog.Duration("delay", dec.Delay), slog.String("reason", dec.Reason))...)
-		err = w.backend.Publish(ctx, dec.Successor, dec.Delay, HoldDeferred)
 	case ActionRetry:
-		level := slog.LevelWarn
 		var panicErr *PanicError
 		if errors.As(result, &panicErr) {
 			attrs = append(attrs, slog.String("stack", string(panicErr.Stack)))
 		}
-		log.Log(ctx, level, "queuey: job failed, retrying", append(attrs, slog.Duration("delay", dec.Delay), slog.String("error", result.Error()))...)
-		err = w.backend.Publish(ctx, dec.Successor, dec.Delay, HoldRetry)
+		log.WarnContext(ctx, "queuey: job failed, retrying", append(attrs, slog.Duration("delay", dec.Delay), slog.String("error", result.Error()))...)
 	case ActionDeadLetter:
 		log.ErrorContext(ctx, "queuey: job dead-lettered", append(attrs, slog.String("reason", dec.Reason), slog.String("error", result.Error()))...)
-		var body []byte
-		if body, err = dec.Successor.Encode(); err == nil {
-			err = w.backend.DeadLetter(ctx, q.Name, body, dec.Reason, dec.Successor.Attempt)
-		}
 	}
+	err = PublishSuccessor(ctx, w.backend, q, dec)
 	if err != nil {
 		w.requeueLater(ctx, stopping, q, d, env.ID, err)
 		return
