@@ -164,21 +164,6 @@ type Envelope struct {
 	Ext map[string]json.RawMessage
 }
 
-// envelopeWire is the wire form of an Envelope. Its field order is the order
-// of the keys on the wire.
-type envelopeWire struct {
-	Version    int                        `json:"v"`
-	ID         string                     `json:"id"`
-	Kind       string                     `json:"kind"`
-	Queue      string                     `json:"queue"`
-	Payload    json.RawMessage            `json:"payload"`
-	Attempt    int                        `json:"attempt"`
-	Deferrals  int                        `json:"deferrals"`
-	Priority   uint8                      `json:"priority"`
-	EnqueuedAt string                     `json:"enqueued_at"`
-	Ext        map[string]json.RawMessage `json:"ext,omitempty"`
-}
-
 // Encode validates e and returns its wire form, as described on Envelope. An
 // invalid envelope gets an *EnvelopeError naming the field at fault and no
 // bytes.
@@ -186,26 +171,7 @@ func (e Envelope) Encode() ([]byte, error) {
 	if err := e.validate(); err != nil {
 		return nil, err
 	}
-	wire := envelopeWire{
-		Version:    EnvelopeVersion,
-		ID:         e.ID,
-		Kind:       e.Kind,
-		Queue:      e.Queue,
-		Payload:    e.Payload,
-		Attempt:    e.Attempt,
-		Deferrals:  e.Deferrals,
-		Priority:   e.Priority,
-		EnqueuedAt: e.EnqueuedAt.UTC().Format(envelopeTimeLayout),
-		Ext:        e.Ext,
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(wire); err != nil {
-		// Unreachable after validate; reported rather than hidden.
-		return nil, &EnvelopeError{Reason: "cannot encode: " + err.Error()}
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return appendEnvelope(make([]byte, 0, 160+len(e.ID)+len(e.Kind)+len(e.Queue)+len(e.Payload)), e), nil
 }
 
 // validate checks e against the rules of the wire format, in wire key order.
@@ -282,6 +248,15 @@ func checkEnvelopeTime(t time.Time) string {
 // it returns is an *EnvelopeError and matches ErrMalformedEnvelope. A body of
 // another version gets an error for field "v" that names the version.
 func DecodeEnvelope(body []byte) (Envelope, error) {
+	if e, ok := decodeCanonicalEnvelope(body); ok {
+		return e, nil
+	}
+	return decodeEnvelopeGeneral(body)
+}
+
+// decodeEnvelopeGeneral is DecodeEnvelope for any body: it reads the
+// members in any order and with any spacing and says what is wrong.
+func decodeEnvelopeGeneral(body []byte) (Envelope, error) {
 	fields, unknown, err := splitEnvelopeObject(body)
 	if err != nil {
 		return Envelope{}, err

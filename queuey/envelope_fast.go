@@ -1,0 +1,270 @@
+package queuey
+
+import (
+	"bytes"
+	"encoding/json"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// appendEnvelope appends the wire form of the valid envelope e: the bytes
+// encoding/json writes for envelopeWire with HTML escaping off, without the
+// trailing newline (TestEncodeMatchesEncodingJSON holds it to that), built
+// by hand because encoding a job is on every publish's path.
+func appendEnvelope(b []byte, e Envelope) []byte {
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, EnvelopeVersion, 10)
+	b = append(b, `,"id":`...)
+	b = appendJSONString(b, e.ID)
+	b = append(b, `,"kind":`...)
+	b = appendJSONString(b, e.Kind)
+	b = append(b, `,"queue":`...)
+	b = appendJSONString(b, e.Queue)
+	b = append(b, `,"payload":`...)
+	b = appendCompactJSON(b, e.Payload)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(e.Attempt), 10)
+	b = append(b, `,"deferrals":`...)
+	b = strconv.AppendInt(b, int64(e.Deferrals), 10)
+	b = append(b, `,"priority":`...)
+	b = strconv.AppendUint(b, uint64(e.Priority), 10)
+	b = append(b, `,"enqueued_at":"`...)
+	b = e.EnqueuedAt.UTC().AppendFormat(b, envelopeTimeLayout)
+	b = append(b, '"')
+	if len(e.Ext) > 0 {
+		b = append(b, `,"ext":{`...)
+		for i, k := range slices.Sorted(maps.Keys(e.Ext)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendCompactJSON(b, e.Ext[k])
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// appendCompactJSON appends the valid JSON value raw without insignificant
+// space, as encoding/json writes a json.RawMessage.
+func appendCompactJSON(b []byte, raw []byte) []byte {
+	if bytes.IndexAny(raw, " \t\r\n") < 0 {
+		return append(b, raw...)
+	}
+	buf := bytes.NewBuffer(b)
+	if err := json.Compact(buf, raw); err != nil {
+		return append(b, raw...) // unreachable: validate checked raw
+	}
+	return buf.Bytes()
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s, valid UTF-8, as a JSON string the way
+// encoding/json does with HTML escaping off: '"' and '\\' escaped, control
+// characters as \n, \r, \t, \b, \f or \u00XX, and U+2028 and U+2029
+// escaped.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// decodeCanonicalEnvelope decodes body when it is exactly in the form Encode
+// writes, without extension fields or escaped strings: the common case,
+// read without building a member map. ok is false for anything else, which
+// DecodeEnvelope then reads the general way. Whatever it accepts,
+// the general decoder accepts with the same result
+// (TestCanonicalDecodeAgreesWithGeneral and FuzzDecodeEnvelope hold it to
+// that).
+func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
+	p := canonicalReader{b: body}
+	if !p.lit(`{"v":1,"id":`) {
+		return Envelope{}, false
+	}
+	e.Version = EnvelopeVersion
+	if e.ID, ok = p.str(); !ok || e.ID == "" || !p.lit(`,"kind":`) {
+		return Envelope{}, false
+	}
+	if e.Kind, ok = p.str(); !ok || e.Kind == "" || !p.lit(`,"queue":`) {
+		return Envelope{}, false
+	}
+	if e.Queue, ok = p.str(); !ok || e.Queue == "" || !p.lit(`,"payload":`) {
+		return Envelope{}, false
+	}
+	start := p.i
+	if p.i >= len(body) {
+		return Envelope{}, false
+	}
+	switch body[p.i] {
+	case '{', '[', '"', 't', 'f', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+	default:
+		return Envelope{}, false
+	}
+	end := scanCanonicalValue(body, p.i)
+	if end < 0 {
+		return Envelope{}, false
+	}
+	payload := body[start:end]
+	if !utf8.Valid(payload) || !json.Valid(payload) || bytes.IndexAny(payload, " \t\r\n") >= 0 {
+		return Envelope{}, false
+	}
+	p.i = end
+	var attempt, deferrals, priority int
+	if !p.lit(`,"attempt":`) {
+		return Envelope{}, false
+	}
+	if attempt, ok = p.uint(); !ok || attempt < 1 || !p.lit(`,"deferrals":`) {
+		return Envelope{}, false
+	}
+	if deferrals, ok = p.uint(); !ok || !p.lit(`,"priority":`) {
+		return Envelope{}, false
+	}
+	if priority, ok = p.uint(); !ok || priority > 255 || !p.lit(`,"enqueued_at":`) {
+		return Envelope{}, false
+	}
+	ts, ok := p.str()
+	if !ok || !p.lit(`}`) || p.i != len(body) {
+		return Envelope{}, false
+	}
+	var t time.Time
+	if err := t.UnmarshalText([]byte(ts)); err != nil {
+		return Envelope{}, false
+	}
+	t = t.UTC()
+	if checkEnvelopeTime(t) != "" {
+		return Envelope{}, false
+	}
+	e.Payload = bytes.Clone(payload)
+	e.Attempt, e.Deferrals, e.Priority, e.EnqueuedAt = attempt, deferrals, uint8(priority), t
+	return e, true
+}
+
+type canonicalReader struct {
+	b []byte
+	i int
+}
+
+func (p *canonicalReader) lit(s string) bool {
+	if len(p.b)-p.i < len(s) || string(p.b[p.i:p.i+len(s)]) != s {
+		return false
+	}
+	p.i += len(s)
+	return true
+}
+
+// str reads a string with no escapes and no control characters, in valid
+// UTF-8.
+func (p *canonicalReader) str() (string, bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return "", false
+	}
+	j := p.i + 1
+	for j < len(p.b) && p.b[j] != '"' {
+		if c := p.b[j]; c == '\\' || c < 0x20 {
+			return "", false
+		}
+		j++
+	}
+	if j >= len(p.b) || !utf8.Valid(p.b[p.i+1:j]) {
+		return "", false
+	}
+	s := string(p.b[p.i+1 : j])
+	p.i = j + 1
+	return s, true
+}
+
+// uint reads a non-negative decimal integer of at most 9 digits with no
+// leading zero.
+func (p *canonicalReader) uint() (int, bool) {
+	j, n := p.i, 0
+	for j < len(p.b) && p.b[j] >= '0' && p.b[j] <= '9' && j-p.i < 10 {
+		n = n*10 + int(p.b[j]-'0')
+		j++
+	}
+	digits := j - p.i
+	if digits == 0 || digits > 9 || (digits > 1 && p.b[p.i] == '0') {
+		return 0, false
+	}
+	p.i = j
+	return n, true
+}
+
+// scanCanonicalValue returns the end of the JSON value at b[i] as far as
+// brackets and strings go, or -1; json.Valid then checks it properly.
+func scanCanonicalValue(b []byte, i int) int {
+	depth := 0
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(b) {
+				return -1
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
