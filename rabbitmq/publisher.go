@@ -20,7 +20,7 @@ import (
 const PublishIDHeader = "x-queuey-publish-id"
 
 // Buffer sizes of the Publisher's confirm and return listeners. The
-// dispatcher drains both continuously, so they only absorb bursts; they
+// Publish calls waiting for their confirms drain both, so they only absorb bursts; they
 // matter for membroker, which never blocks and holds back what does not fit
 // until the next call into the broker.
 const (
@@ -72,8 +72,12 @@ func (e *ReturnError) Is(target error) bool { return target == ErrReturned }
 // Publishes pipeline: a Publish holds the publisher's lock only to take a
 // sequence number and write the message, never while it waits for the
 // confirm, so concurrent Publish calls have many messages in flight on the
-// one channel. One dispatcher goroutine matches confirms to waiting calls by
-// sequence number and returns by the PublishIDHeader each message carries.
+// one channel. The waiting calls take turns at dispatching: one at a time
+// reads the confirms and returns, matching confirms to publishes by
+// sequence number and returns by the PublishIDHeader each message carries,
+// until its own outcome is known. No goroutine stands between the client
+// library and the callers, so a confirm that is already there (as on
+// membroker) completes its publish without a thread handoff.
 //
 // The Publisher owns its channel: nothing else may publish on it (that would
 // shift the sequence numbers) or declare on it (a refused declaration closes
@@ -96,28 +100,37 @@ type Publisher struct {
 	pending map[uint64]*waiter // by sequence number
 	err     error              // once non-nil, the Publisher is closed; wraps ErrPublisherClosed
 
-	confirms chan amqp.Confirmation
-	returns  chan amqp.Return
-	closes   chan *amqp.Error
+	// disp is the dispatch token: whoever holds it is the only reader of
+	// confirms and returns. A Publish waiting for its confirm takes it and
+	// dispatches until its own outcome is known, so a confirm that has
+	// already arrived (membroker hands confirms over before Publish
+	// returns) completes on the caller's goroutine with no handoff; the
+	// watcher takes it for good when the channel closes.
+	disp           chan struct{}
+	confirmsClosed bool // guarded by disp: the confirm listener has closed
+	confirms       chan amqp.Confirmation
+	returns        chan amqp.Return
+	closes         chan *amqp.Error
 
 	closeOnce sync.Once
 	closeErr  error
 	stop      chan struct{} // closed by Close
-	done      chan struct{} // closed when the dispatcher has exited
+	done      chan struct{} // closed when the watcher has shut the Publisher down
 }
 
 // waiter is one Publish waiting for its confirm. result has room for the one
-// outcome ever sent, so the dispatcher never blocks on it.
+// outcome ever sent, so whoever dispatches never blocks on it.
 type waiter struct {
 	queue    string
 	result   chan error
-	returned *ReturnError // set by the dispatcher when a return arrives
+	returned *ReturnError // set by the dispatching Publish when a return arrives
 }
 
 var waiters = sync.Pool{New: func() any { return &waiter{result: make(chan error, 1)} }}
 
 // NewPublisher puts ch in confirm mode, registers its confirm, return and
-// close listeners and starts the dispatcher goroutine. The Publisher takes
+// close listeners and starts the watcher goroutine, which shuts the
+// Publisher down when the channel closes. The Publisher takes
 // ownership of ch: Close closes it. A nil logger discards.
 func NewPublisher(ch Channel, logger *slog.Logger) (*Publisher, error) {
 	if logger == nil {
@@ -130,6 +143,7 @@ func NewPublisher(ch Channel, logger *slog.Logger) (*Publisher, error) {
 		ch:      ch,
 		logger:  logger,
 		lock:    make(chan struct{}, 1),
+		disp:    make(chan struct{}, 1),
 		pending: make(map[uint64]*waiter),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -137,7 +151,7 @@ func NewPublisher(ch Channel, logger *slog.Logger) (*Publisher, error) {
 	p.closes = ch.NotifyClose(make(chan *amqp.Error, 1))
 	p.returns = ch.NotifyReturn(make(chan amqp.Return, returnBuffer))
 	p.confirms = ch.NotifyPublish(make(chan amqp.Confirmation, confirmBuffer))
-	go p.dispatch()
+	go p.watch()
 	return p, nil
 }
 
@@ -189,35 +203,103 @@ func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 		withdrawn, _ := p.withdraw(seq, w)
 		<-p.lock
 		if !withdrawn {
-			<-w.result // the dispatcher failed it as the channel closed
+			<-w.result // the watcher failed it as the channel closed
 		}
 		p.recycle(w)
 		return p.publishFailed(ctx, queue, err)
 	}
 	<-p.lock
+	return p.await(ctx, seq, w)
+}
 
-	select {
-	case err := <-w.result:
-		p.recycle(w)
-		return err
-	case <-ctx.Done():
-		withdrawn, returned := p.withdraw(seq, w)
-		if !withdrawn {
-			// The dispatcher took the waiter first: its outcome is on the way.
-			err := <-w.result
+// await waits for w's outcome, dispatching confirms and returns while it
+// holds the dispatch token, and recycles w.
+func (p *Publisher) await(ctx context.Context, seq uint64, w *waiter) error {
+	for {
+		select {
+		case err := <-w.result:
 			p.recycle(w)
 			return err
+		case <-ctx.Done():
+			return p.abandon(ctx, seq, w)
+		case p.disp <- struct{}{}:
+			if p.confirmsClosed {
+				<-p.disp
+				// The channel is closing: the watcher fails w shortly.
+				select {
+				case err := <-w.result:
+					p.recycle(w)
+					return err
+				case <-ctx.Done():
+					return p.abandon(ctx, seq, w)
+				}
+			}
+			err, done := p.dispatchFor(ctx, w)
+			<-p.disp
+			if done {
+				p.recycle(w)
+				return err
+			}
 		}
-		p.recycle(w)
-		if returned != nil {
-			return returned // final already: the message reached no queue
-		}
-		return ctx.Err()
 	}
 }
 
-// Close closes the Publisher and its channel and waits for the dispatcher
-// to exit. Publishes still waiting for their confirm fail with
+// abandon stops waiting for w because ctx is done: it returns the outcome if
+// one is already known, ctx's error otherwise.
+func (p *Publisher) abandon(ctx context.Context, seq uint64, w *waiter) error {
+	withdrawn, returned := p.withdraw(seq, w)
+	if !withdrawn {
+		// A dispatcher or the watcher took the waiter first: its outcome
+		// is on the way.
+		err := <-w.result
+		p.recycle(w)
+		return err
+	}
+	p.recycle(w)
+	if returned != nil {
+		return returned // final already: the message reached no queue
+	}
+	return ctx.Err()
+}
+
+// dispatchFor reads confirms and returns, completing whichever publishes
+// they belong to, until w has its outcome (done), ctx ends or the confirm
+// listener closes. The caller holds the dispatch token.
+//
+// The broker sends a publish's basic.return before its basic.ack, and the
+// client library hands them to the two Go channels in that order, but a
+// select with both ready may pick the confirm first. So before completing
+// any confirm it drains the returns already handed over: a return is
+// always recorded before the confirm of its publish completes.
+func (p *Publisher) dispatchFor(ctx context.Context, w *waiter) (err error, done bool) {
+	for {
+		select {
+		case err := <-w.result:
+			return err, true
+		default:
+		}
+		select {
+		case r, ok := <-p.returns:
+			if !ok {
+				p.returns = nil // the channel is closing; the watcher will say so
+				continue
+			}
+			p.recordReturn(r)
+		case c, ok := <-p.confirms:
+			if !ok {
+				p.confirmsClosed = true
+				return nil, false
+			}
+			p.drainReturns()
+			p.complete(c)
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}
+
+// Close closes the Publisher and its channel and waits for the watcher to
+// shut it down. Publishes still waiting for their confirm fail with
 // ErrPublisherClosed unless the confirm arrives while the channel closes,
 // and so do later ones; to have every publish confirmed, let the Publish
 // calls return before calling Close. It returns the error of closing the
@@ -262,7 +344,7 @@ func (p *Publisher) register(seq uint64, w *waiter) error {
 
 // withdraw removes w from the waiter table and reports whether it was still
 // there, with the return recorded against it, if any; if it was not, the
-// dispatcher has taken it and sends its outcome.
+// dispatching Publish or the watcher has taken it and sends its outcome.
 func (p *Publisher) withdraw(seq uint64, w *waiter) (ok bool, returned *ReturnError) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -281,8 +363,9 @@ func (p *Publisher) recycle(w *waiter) {
 
 // publishFailed turns the client library's refusal to publish into
 // Publish's error. When it refused because the channel is closed, the
-// close notification is on its way to the dispatcher, so it waits for the
-// dispatcher to shut down, within ctx, to return the broker's reason.
+// close notification is on its way to the watcher, so it waits for the
+// watcher to shut the Publisher down, within ctx, to return the broker's
+// reason.
 func (p *Publisher) publishFailed(ctx context.Context, queue string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 		return ctxErr
@@ -298,41 +381,26 @@ func (p *Publisher) publishFailed(ctx context.Context, queue string, err error) 
 	return fmt.Errorf("rabbitmq: publish to queue %q: %w", queue, err)
 }
 
-// dispatch is the one goroutine that reads the channel's confirms, returns
-// and close notification and hands each waiting Publish its outcome.
-//
-// The broker sends a publish's basic.return before its basic.ack, and the
-// client library hands them to the two Go channels in that order, but a
-// select with both ready may pick the confirm first. So before completing
-// any confirm the dispatcher drains the returns already handed over: a
-// return is always recorded before the confirm of its publish completes.
-func (p *Publisher) dispatch() {
+// watch is the goroutine that shuts the Publisher down when its channel
+// closes or Close is called: it waits for the channel's close notification
+// (or stop), takes the dispatch token for good, so no Publish dispatches
+// after it, completes the confirms already handed over and fails every
+// publish still waiting.
+func (p *Publisher) watch() {
 	defer close(p.done)
-	for {
-		select {
-		case r, ok := <-p.returns:
-			if !ok {
-				p.returns = nil // the channel is closing; the others will say so
-				continue
-			}
-			p.recordReturn(r)
-		case c, ok := <-p.confirms:
-			if !ok {
-				p.shutdown(p.closeCause())
-				return
-			}
-			p.drainReturns()
-			p.complete(c)
-		case e := <-p.closes:
-			p.drainConfirms()
-			p.shutdown(e)
-			return
-		case <-p.stop:
-			p.drainConfirms()
-			p.shutdown(nil)
-			return
+	var cause *amqp.Error
+	select {
+	case e, ok := <-p.closes:
+		if ok {
+			cause = e
 		}
+	case <-p.stop:
 	}
+	p.disp <- struct{}{}
+	if !p.confirmsClosed {
+		p.drainConfirms()
+	}
+	p.shutdown(cause)
 }
 
 // drainReturns records every return already handed over, without waiting.
@@ -359,6 +427,7 @@ func (p *Publisher) drainConfirms() {
 		select {
 		case c, ok := <-p.confirms:
 			if !ok {
+				p.confirmsClosed = true
 				return
 			}
 			p.drainReturns()
@@ -366,18 +435,6 @@ func (p *Publisher) drainConfirms() {
 		default:
 			return
 		}
-	}
-}
-
-// closeCause returns the broker's reason for closing the channel if it has
-// been handed over already (amqp091 sends it before closing the confirm
-// listener), else nil.
-func (p *Publisher) closeCause() *amqp.Error {
-	select {
-	case e := <-p.closes:
-		return e
-	default:
-		return nil
 	}
 }
 
@@ -449,7 +506,7 @@ func (p *Publisher) shutdown(cause *amqp.Error) {
 
 // send hands w its outcome. Each waiter is sent exactly one outcome into a
 // buffer of one, so this never blocks; the default case only guards the
-// dispatcher against a bug.
+// sender against a bug.
 func (p *Publisher) send(w *waiter, err error) {
 	select {
 	case w.result <- err:
