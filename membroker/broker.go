@@ -1,7 +1,6 @@
 package membroker
 
 import (
-	"container/heap"
 	"encoding/base64"
 	"encoding/binary"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/internal/minheap"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -66,7 +66,7 @@ type Broker struct {
 	queues map[string]*queue
 	conns  []*Connection // open, in dial order
 
-	events   eventHeap
+	events   minheap.Heap[event]
 	eventSeq uint64
 	armedAt  time.Time // earliest deadline a clock timer is pending for; zero if none
 	msgSeq   uint64
@@ -87,6 +87,7 @@ func New(cfg Config) *Broker {
 		clk = clock.New()
 	}
 	b := &Broker{clk: clk, version: cfg.Version, queues: map[string]*queue{}, now: clk.Now(), observer: cfg.Observer}
+	b.events.Less = eventBefore
 	b.fired = b.onTimer
 	return b
 }
@@ -138,35 +139,24 @@ type event struct {
 	gen  uint64
 }
 
-type eventHeap []event
-
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
-	if !h[i].at.Equal(h[j].at) {
-		return h[i].at.Before(h[j].at)
+// eventBefore orders the virtual-time heap by (deadline, insertion).
+func eventBefore(a, b *event) bool {
+	if !a.at.Equal(b.at) {
+		return a.at.Before(b.at)
 	}
-	return h[i].seq < h[j].seq
-}
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = event{}
-	*h = old[:len(old)-1]
-	return e
+	return a.seq < b.seq
 }
 
 func (b *Broker) schedule(at time.Time, kind int, q *queue, gen uint64) {
 	b.eventSeq++
-	heap.Push(&b.events, event{at: at, seq: b.eventSeq, kind: kind, q: q, gen: gen})
+	b.events.Push(event{at: at, seq: b.eventSeq, kind: kind, q: q, gen: gen})
 }
 
 // advance processes every event due at or before now, each at its own
 // deadline, in (deadline, insertion) order.
 func (b *Broker) advance(now time.Time) {
-	for len(b.events) > 0 && !b.events[0].at.After(now) {
-		ev := heap.Pop(&b.events).(event)
+	for b.events.Len() > 0 && !b.events.Min().at.After(now) {
+		ev := b.events.Pop()
 		if ev.at.After(b.now) {
 			b.now = ev.at
 		}
@@ -210,8 +200,8 @@ const pollInterval = time.Millisecond
 // that did not fit their channels.
 func (b *Broker) arm() {
 	var next time.Time
-	if len(b.events) > 0 {
-		next = b.events[0].at
+	if b.events.Len() > 0 {
+		next = b.events.Min().at
 	}
 	if b.pendingOutput() {
 		if p := b.now.Add(pollInterval); next.IsZero() || p.Before(next) {

@@ -1,14 +1,12 @@
-// Package sim is queuey's deterministic simulator. So far it has its
-// virtual clock; the scenarios, the workload and the invariant checks are
-// the next issue.
 package sim
 
 import (
-	"container/heap"
 	"context"
 	"time"
 
 	"github.com/benbjohnson/clock"
+
+	"github.com/queuey/queuey/internal/minheap"
 )
 
 // Clock is virtual time for a simulation: a clock.Clock whose timers fire
@@ -32,12 +30,14 @@ import (
 type Clock struct {
 	now    time.Time
 	seq    uint64
-	timers timerHeap
+	timers minheap.Heap[timer]
 	fired  uint64
 }
 
 // NewClock returns a clock standing at start.
-func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+func NewClock(start time.Time) *Clock {
+	return &Clock{now: start, timers: minheap.Heap[timer]{Less: timerBefore}}
+}
 
 var _ clock.Clock = (*Clock)(nil)
 
@@ -47,37 +47,25 @@ type timer struct {
 	fn  func()
 }
 
-type timerHeap []timer
-
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
-	if !h[i].at.Equal(h[j].at) {
-		return h[i].at.Before(h[j].at)
+func timerBefore(a, b *timer) bool {
+	if !a.at.Equal(b.at) {
+		return a.at.Before(b.at)
 	}
-	return h[i].seq < h[j].seq
-}
-func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = timer{}
-	*h = old[:len(old)-1]
-	return t
+	return a.seq < b.seq
 }
 
 // schedule adds fn to run d from now (at once, on the next Advance or
 // RunUntil, when d <= 0).
 func (c *Clock) schedule(d time.Duration, fn func()) {
 	c.seq++
-	heap.Push(&c.timers, timer{at: c.now.Add(max(d, 0)), seq: c.seq, fn: fn})
+	c.timers.Push(timer{at: c.now.Add(max(d, 0)), seq: c.seq, fn: fn})
 }
 
 // RunUntil moves time to t, firing every timer due by then in order, each
 // at its own deadline. Time never moves backwards.
 func (c *Clock) RunUntil(t time.Time) {
-	for len(c.timers) > 0 && !c.timers[0].at.After(t) {
-		next := heap.Pop(&c.timers).(timer)
+	for c.timers.Len() > 0 && !c.timers.Min().at.After(t) {
+		next := c.timers.Pop()
 		if next.at.After(c.now) {
 			c.now = next.at
 		}
@@ -89,19 +77,34 @@ func (c *Clock) RunUntil(t time.Time) {
 	}
 }
 
+// Step fires the earliest pending timer, moving time to its deadline if
+// that is later, and reports whether there was one.
+func (c *Clock) Step() bool {
+	if c.timers.Len() == 0 {
+		return false
+	}
+	next := c.timers.Pop()
+	if next.at.After(c.now) {
+		c.now = next.at
+	}
+	c.fired++
+	next.fn()
+	return true
+}
+
 // Advance moves time forward by d; see RunUntil.
 func (c *Clock) Advance(d time.Duration) { c.RunUntil(c.now.Add(d)) }
 
 // Next reports the deadline of the earliest pending timer.
 func (c *Clock) Next() (time.Time, bool) {
-	if len(c.timers) == 0 {
+	if c.timers.Len() == 0 {
 		return time.Time{}, false
 	}
-	return c.timers[0].at, true
+	return c.timers.Min().at, true
 }
 
 // Pending counts the timers not yet fired; Fired counts those fired.
-func (c *Clock) Pending() int  { return len(c.timers) }
+func (c *Clock) Pending() int  { return c.timers.Len() }
 func (c *Clock) Fired() uint64 { return c.fired }
 
 // Now implements clock.Clock.
