@@ -1,0 +1,485 @@
+package sim
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/rabbitmq"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// receiveNow takes a delivery already on c, if there is one.
+func receiveNow(c <-chan amqp.Delivery) (amqp.Delivery, bool) {
+	select {
+	case d, ok := <-c:
+		return d, ok
+	default:
+		return amqp.Delivery{}, false
+	}
+}
+
+// Invariants, by number.
+var invariantNames = [...]string{
+	1: "never released early",
+	2: "never stuck behind a longer wait",
+	3: "deferrals never spend attempts",
+	4: "ahead of the backlog",
+	5: "conservation",
+	6: "no hold queue expires with messages",
+	7: "hold queues bounded",
+	8: "dead letters carry the right reason",
+}
+
+// InvariantName returns the short name of invariant n (1–8).
+func InvariantName(n int) string {
+	if n > 0 && n < len(invariantNames) {
+		return invariantNames[n]
+	}
+	return "invariant " + strconv.Itoa(n)
+}
+
+// expiryResolution is how late membroker may release a hold and still be
+// on time: a classic queue's one expiry timer moves only when the new head
+// is due more than a millisecond earlier (ensure_ttl_timer).
+const expiryResolution = time.Millisecond
+
+// Violation is one broken invariant, with the trace that shows it.
+type Violation struct {
+	Invariant int           `json:"invariant"`
+	Name      string        `json:"name"`
+	At        time.Duration `json:"at_ns"`
+	Job       uint64        `json:"job,omitempty"`
+	Detail    string        `json:"detail"`
+	// Excerpt is the trace that shows it: the job's events up to the
+	// violation (the last 24), or for a violation that concerns no job the
+	// 24 events before it.
+	Excerpt []string `json:"excerpt,omitempty"`
+
+	seq uint64 // the violation's event number in the trace
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "invariant %d (%s) violated at %s", v.Invariant, v.Name, appendVirtual(nil, v.At))
+	if v.Job != 0 {
+		fmt.Fprintf(&b, " by job %d", v.Job)
+	}
+	b.WriteString(": ")
+	b.WriteString(v.Detail)
+	for _, l := range v.Excerpt {
+		b.WriteString("\n    ")
+		b.WriteString(l)
+	}
+	return b.String()
+}
+
+func (r *runner) violate(inv int, j *job, detail string) {
+	r.res.ViolationCount++
+	var n uint64
+	if j != nil {
+		n = j.n
+	}
+	r.emit(Event{Kind: EvViolation, Job: n, Worker: -1, Detail: fmt.Sprintf("invariant %d (%s): %s", inv, InvariantName(inv), detail)})
+	if len(r.res.Violations) >= r.opts.MaxViolations {
+		return
+	}
+	v := Violation{Invariant: inv, Name: InvariantName(inv), At: r.now(), Job: n, Detail: detail, seq: r.rec.events}
+	r.res.Violations = append(r.res.Violations, v)
+}
+
+// queue roles.
+const (
+	roleOther = iota
+	roleWork
+	roleDead
+	roleHold
+	roleWait
+)
+
+type queueRole struct {
+	q    *simQueue
+	role int
+}
+
+// classify says what a queue name is to the simulation.
+func (r *runner) classify(name string) queueRole {
+	if q, ok := r.byName[name]; ok {
+		switch name {
+		case q.spec.Name:
+			return queueRole{q, roleWork}
+		case q.dead:
+			return queueRole{q, roleDead}
+		case q.wait:
+			return queueRole{q, roleWait}
+		}
+	}
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 {
+		return queueRole{}
+	}
+	if _, err := strconv.ParseUint(name[i+1:], 10, 32); err != nil {
+		return queueRole{}
+	}
+	base, ok := strings.CutSuffix(name[:i], r.top.DeferredSuffix)
+	if !ok {
+		return queueRole{}
+	}
+	if q, ok := r.byName[base]; ok && q.spec.Name == base {
+		return queueRole{q, roleHold}
+	}
+	return queueRole{}
+}
+
+// observe is membroker's Observer: it runs under the broker's lock, on the
+// simulation's goroutine, and must not call the broker.
+func (r *runner) observe(ev membroker.Event) {
+	qr := r.classify(ev.Queue)
+	q := qr.q
+	switch ev.Kind {
+	case membroker.EventQueueCreated:
+		if qr.role == roleHold {
+			r.holdsChanged(q, +1)
+			r.emit(Event{Kind: EvHoldCreated, Queue: ev.Queue, Worker: -1})
+			if q.holds > q.holdBound {
+				r.violate(7, nil, fmt.Sprintf("%s has %d hold queues, over the bound of %d", q.spec.Name, q.holds, q.holdBound))
+			}
+		}
+	case membroker.EventQueueDeleted:
+		switch qr.role {
+		case roleHold:
+			r.holdsChanged(q, -1)
+			r.emit(Event{Kind: EvHoldExpired, Queue: ev.Queue, Worker: -1, Detail: ev.Reason})
+			if ev.Messages > 0 {
+				r.violate(6, nil, fmt.Sprintf("hold queue %s went (%s) with %d messages in it", ev.Queue, ev.Reason, ev.Messages))
+			}
+		case roleWork, roleDead, roleWait:
+			r.failf("queue %s deleted (%s)", ev.Queue, ev.Reason)
+		}
+	case membroker.EventEnqueued:
+		r.enqueued(qr, ev)
+	case membroker.EventDeadLettered:
+		j := r.job(jobNumber(ev.MessageID))
+		if j == nil || qr.role == roleDead {
+			return
+		}
+		if ev.Dropped {
+			j.copies--
+			r.violate(5, j, fmt.Sprintf("the broker dropped a copy from %s (%s)", ev.Queue, ev.Reason))
+			return
+		}
+		if qr.role == roleWork {
+			j.copies-- // it goes to the dead-letter queue, where it ends
+		}
+	case membroker.EventDelivered:
+		switch qr.role {
+		case roleWork:
+			r.delivered(q, ev)
+			if sub := r.subs[ev.ConsumerTag]; sub != nil {
+				if sub.pending++; sub.pending == 1 {
+					r.ready = append(r.ready, sub)
+				}
+			}
+		case roleDead:
+			r.auditDue = true
+		}
+	}
+}
+
+// holdsChanged tracks the number of hold queues over time.
+func (r *runner) holdsChanged(q *simQueue, d int) {
+	now := r.now()
+	res := r.res
+	res.holdArea += float64(res.holdsNow) * float64(now-res.holdSince)
+	res.holdSince = now
+	res.holdsNow += d
+	q.holds += d
+	if d > 0 {
+		res.HoldQueuesCreated++
+	}
+	res.HoldQueuesPeak = max(res.HoldQueuesPeak, res.holdsNow)
+}
+
+func (r *runner) enqueued(qr queueRole, ev membroker.Event) {
+	q := qr.q
+	switch qr.role {
+	case roleHold, roleWait:
+		c := &r.cur
+		j := r.job(jobNumber(ev.MessageID))
+		if !r.curSet || j == nil || c.j != j {
+			r.failf("message %q entered %s outside a settlement", ev.MessageID, ev.Queue)
+			return
+		}
+		kind := queuey.HoldRetry
+		if c.dec.Action == queuey.ActionDefer {
+			kind = queuey.HoldDeferred
+		}
+		j.holds = append(j.holds, pendingHold{queue: ev.Queue, at: r.clk.Now(), ttl: c.ttl, delay: c.dec.Delay, kind: kind})
+		j.copies++
+		r.emit(Event{Kind: EvHold, Job: j.n, Queue: ev.Queue, Worker: -1, Attempt: c.dec.Successor.Attempt,
+			Deferrals: c.dec.Successor.Deferrals, Priority: ev.Priority, Delay: c.dec.Delay, TTL: c.ttl})
+	case roleWork:
+		j := r.job(jobNumber(ev.MessageID))
+		if j == nil {
+			return // a malformed body
+		}
+		if ev.DeadLetteredFrom == "" {
+			j.copies++
+			j.fresh++
+			return
+		}
+		from := r.classify(ev.DeadLetteredFrom)
+		if (from.role != roleHold && from.role != roleWait) || ev.Reason != "expired" {
+			r.failf("job %d reached %s from %s (%s)", j.n, ev.Queue, ev.DeadLetteredFrom, ev.Reason)
+			return
+		}
+		r.released(q, j, ev)
+	case roleDead:
+		if ev.DeadLetteredFrom == "" {
+			return // queuey's own dead letter: audited when it is consumed
+		}
+		j := r.job(jobNumber(ev.MessageID))
+		if j == nil {
+			return
+		}
+		r.emit(Event{Kind: EvDeadLetter, Job: j.n, Queue: q.spec.Name, Worker: -1, Detail: ev.Reason + " (by the broker)"})
+		if ev.Reason != "delivery_limit" {
+			r.violate(8, j, fmt.Sprintf("dead-lettered by the broker for %q", ev.Reason))
+		} else if want := deliveryLimit + 1; j.returns != want {
+			r.violate(8, j, fmt.Sprintf("dead-lettered for delivery_limit after %d counted returns, want %d", j.returns, want))
+		}
+		j.deadWant = append(j.deadWant, deadWant{reason: "delivery_limit"})
+		r.end1(j, "dead-lettered", "delivery_limit")
+	}
+}
+
+// deliveryLimit is a quorum queue's delivery limit on RabbitMQ 4 when
+// nothing sets it: x-delivery-limit is not among the backend's arguments.
+const deliveryLimit = 20
+
+// released checks a hold's release into the work queue (invariant 2) and
+// notes when a deferral is back.
+func (r *runner) released(q *simQueue, j *job, ev membroker.Event) {
+	now := r.clk.Now()
+	k := -1
+	for i, h := range j.holds {
+		if h.queue == ev.DeadLetteredFrom {
+			k = i
+			break
+		}
+	}
+	if k < 0 {
+		r.failf("job %d released from %s where it was never held", j.n, ev.DeadLetteredFrom)
+		return
+	}
+	h := j.holds[k]
+	j.holds = append(j.holds[:k], j.holds[k+1:]...)
+	j.fresh++
+	due := h.at.Add(h.ttl)
+	late := now.Sub(due)
+	r.emit(Event{Kind: EvRelease, Job: j.n, Queue: q.spec.Name, Worker: -1, Priority: ev.Priority, Delay: h.delay, TTL: h.ttl,
+		Detail: ev.DeadLetteredFrom, Late: late})
+	r.res.AddedWait.Add(now.Sub(h.at.Add(h.delay)))
+	if late < 0 || late > expiryResolution {
+		r.violate(2, j, fmt.Sprintf("held in %s at %s for %s, released %s after it was due", ev.DeadLetteredFrom,
+			appendVirtual(nil, h.at.Sub(Start)), h.ttl, late))
+	}
+	for i := range j.expect {
+		if j.expect[i].released.IsZero() {
+			j.expect[i].released = now
+			break
+		}
+	}
+	if h.kind == queuey.HoldDeferred && q.priority && ev.Priority == q.top {
+		q.released = append(q.released, j.n)
+	}
+}
+
+// delivered checks a delivery from a work queue as the broker makes it:
+// not early (1), at the priority its last settlement set (4), and, on a
+// classic priority queue, no lower-priority message handed out while a
+// released deferral waits on the queue (4).
+func (r *runner) delivered(q *simQueue, ev membroker.Event) {
+	j := r.job(jobNumber(ev.MessageID))
+	if q.priority && len(q.released) > 0 {
+		switch {
+		case j != nil && q.released[0] == j.n:
+			q.released = q.released[1:]
+		case ev.Priority < q.top:
+			waiting := r.job(q.released[0])
+			r.violate(4, waiting, fmt.Sprintf("a priority-%d message was delivered from %s while this released deferral waited on it", ev.Priority, q.spec.Name))
+		default:
+			for i, n := range q.released {
+				if j != nil && n == j.n {
+					q.released = append(q.released[:i], q.released[i+1:]...)
+					break
+				}
+			}
+		}
+	}
+	if j == nil || ev.Redelivered || j.fresh == 0 {
+		return
+	}
+	j.fresh--
+	if len(j.expect) == 0 {
+		r.failf("job %d delivered with nothing expected", j.n)
+		return
+	}
+	e := j.expect[0]
+	j.expect = j.expect[1:]
+	now := r.clk.Now()
+	if now.Before(e.notBefore) {
+		r.violate(1, j, fmt.Sprintf("delivered %s before its delay was up", e.notBefore.Sub(now)))
+	}
+	if ev.Priority != e.priority {
+		r.violate(4, j, fmt.Sprintf("delivered at priority %d, want %d (a deferral's priority lasts one round)", ev.Priority, e.priority))
+	}
+	switch {
+	case e.deferred && !e.released.IsZero():
+		r.res.DeferredWait.Add(now.Sub(e.released))
+	case e.attempt == 1 && e.deferrals == 0:
+		r.res.BacklogWait.Add(now.Sub(j.enqueued))
+	}
+	j.delivered = append(j.delivered, e)
+}
+
+// checkDelivered compares the envelope a worker received with the
+// successor last issued (3).
+func (r *runner) checkDelivered(j *job, env queuey.Envelope, d queuey.Delivery) {
+	if d.Redelivered() || len(j.delivered) == 0 {
+		return
+	}
+	e := j.delivered[0]
+	j.delivered = j.delivered[1:]
+	if env.Attempt != e.attempt || env.Deferrals != e.deferrals {
+		r.violate(3, j, fmt.Sprintf("delivered as attempt %d with %d deferrals, issued as attempt %d with %d",
+			env.Attempt, env.Deferrals, e.attempt, e.deferrals))
+	}
+}
+
+// checkDecision checks a settlement against the handler's result (3): a
+// deferral keeps the attempt and ignores the retry policy, a retry spends
+// exactly one attempt, and attempts spent count retryable failures only.
+func (r *runner) checkDecision(j *job, env queuey.Envelope, out outcome, dec queuey.Decision) {
+	q := j.q
+	policy := q.cfg.Retry
+	if j.explain == 0 && env.Attempt != j.failures+1 {
+		r.violate(3, j, fmt.Sprintf("attempt %d after %d retryable failures", env.Attempt, j.failures))
+	}
+	switch res := out.result; {
+	case res == nil:
+		if dec.Action != queuey.ActionAck {
+			r.violate(3, j, "a success was settled as "+dec.Action.String())
+		}
+	case out.label == "retry":
+		exhausted := policy.MaxAttempts > 0 && env.Attempt >= policy.MaxAttempts
+		switch {
+		case exhausted && (dec.Action != queuey.ActionDeadLetter || dec.Reason != queuey.ReasonAttemptsExhausted):
+			r.violate(3, j, fmt.Sprintf("attempt %d of %d failed and was settled as %s", env.Attempt, policy.MaxAttempts, dec.Action))
+		case !exhausted && (dec.Action != queuey.ActionRetry || dec.Successor.Attempt != env.Attempt+1 ||
+			dec.Successor.Deferrals != env.Deferrals || dec.Successor.Priority != 0 || dec.Delay > policy.Cap):
+			r.violate(3, j, fmt.Sprintf("a retry settled as %s to attempt %d, priority %d, delay %s", dec.Action,
+				dec.Successor.Attempt, dec.Successor.Priority, dec.Delay))
+		}
+	case strings.HasPrefix(out.label, "defer"):
+		if dec.Action != queuey.ActionDefer || dec.Successor.Attempt != env.Attempt ||
+			dec.Successor.Deferrals != env.Deferrals+1 || dec.Successor.Priority != q.top {
+			r.violate(3, j, fmt.Sprintf("a deferral settled as %s to attempt %d with %d deferrals at priority %d",
+				dec.Action, dec.Successor.Attempt, dec.Successor.Deferrals, dec.Successor.Priority))
+		}
+	case out.label == "fatal":
+		if dec.Action != queuey.ActionDeadLetter || !strings.HasPrefix(dec.Reason, "fatal: ") {
+			r.violate(3, j, "a fatal failure settled as "+dec.Action.String())
+		}
+	}
+}
+
+// audit consumes what reached q's dead-letter queue and checks each dead
+// letter's reason and headers (8).
+func (r *runner) audit(q *simQueue) {
+	for {
+		var d, ok = receiveNow(q.audit)
+		if !ok {
+			return
+		}
+		reason, hasReason := d.Headers[rabbitmq.HeaderDeathReason].(string)
+		if !hasReason {
+			r.auditBrokerDeadLetter(q, d.MessageId, d.Headers)
+			continue
+		}
+		if orig, _ := d.Headers[rabbitmq.HeaderOriginalQueue].(string); orig != q.spec.Name {
+			r.violate(8, nil, fmt.Sprintf("dead letter from %s says x-original-queue %q", q.spec.Name, orig))
+		}
+		attempts, _ := d.Headers[rabbitmq.HeaderAttempts].(int64)
+		env, err := queuey.DecodeEnvelope(d.Body)
+		if err != nil {
+			r.auditMalformed(q, reason, attempts, d.Body)
+			continue
+		}
+		j := r.job(jobNumber(env.ID))
+		if j == nil || len(j.deadWant) == 0 {
+			r.violate(8, j, fmt.Sprintf("unexpected dead letter for %s (%s)", env.ID, reason))
+			continue
+		}
+		want := j.deadWant[0]
+		j.deadWant = j.deadWant[1:]
+		r.emit(Event{Kind: EvDeadLetter, Job: j.n, Queue: q.spec.Name, Worker: -1, Attempt: int(attempts), Detail: reason})
+		if reason != want.reason || int(attempts) != want.attempts {
+			r.violate(8, j, fmt.Sprintf("dead letter says %q after %d attempts, want %q after %d", reason, attempts, want.reason, want.attempts))
+		}
+		if len(j.deadWant) == 0 {
+			j.deadWant = nil
+		}
+		r.retire(j)
+	}
+}
+
+func (r *runner) auditMalformed(q *simQueue, reason string, attempts int64, body []byte) {
+	s := string(body)
+	i := strings.LastIndexByte(s, '#')
+	n, _ := strconv.ParseUint(s[i+1:], 10, 64)
+	want, ok := q.malformed[n]
+	switch {
+	case i < 0 || !ok:
+		r.violate(8, nil, fmt.Sprintf("a dead letter that is neither a job nor a malformed body we sent: %.60q", s))
+	case string(want) != s:
+		r.violate(8, nil, fmt.Sprintf("malformed body %d changed on its way to the dead-letter queue: %.60q", n, s))
+	case reason != queuey.ReasonMalformed || attempts != 0:
+		r.violate(8, nil, fmt.Sprintf("malformed body %d dead-lettered as %q after %d attempts", n, reason, attempts))
+	default:
+		delete(q.malformed, n)
+		r.res.Jobs.MalformedDeadLettered++
+		r.emit(Event{Kind: EvDeadLetter, Queue: q.spec.Name, Worker: -1, Detail: reason + " #" + strconv.FormatUint(n, 10)})
+	}
+}
+
+func (r *runner) auditBrokerDeadLetter(q *simQueue, id string, h amqp.Table) {
+	j := r.job(jobNumber(id))
+	deaths, _ := h["x-death"].([]any)
+	var first amqp.Table
+	if len(deaths) > 0 {
+		first, _ = deaths[0].(amqp.Table)
+	}
+	if first == nil {
+		r.violate(8, j, fmt.Sprintf("dead letter %q carries neither x-death-reason nor x-death", id))
+		return
+	}
+	reason, _ := first["reason"].(string)
+	from, _ := first["queue"].(string)
+	if reason != "delivery_limit" || from != q.spec.Name {
+		r.violate(8, j, fmt.Sprintf("dead letter %q: x-death says %s from %s", id, reason, from))
+	}
+	if j == nil {
+		return
+	}
+	if len(j.deadWant) > 0 {
+		j.deadWant = j.deadWant[1:]
+	}
+	if len(j.deadWant) == 0 {
+		j.deadWant = nil
+	}
+	r.retire(j)
+}

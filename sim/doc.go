@@ -1,0 +1,54 @@
+// Package sim is queuey's deterministic simulator: it runs the real
+// rabbitmq backend, queuey.Decide and queuey.PublishSuccessor on membroker,
+// under a virtual clock, on one goroutine, and checks queuey's guarantees
+// as invariants on every run.
+//
+// A Scenario describes queues with their arrival processes, a handler
+// outcome model (success, retryable and fatal failures, rate limits with a
+// Retry-After, handler durations, poison jobs, malformed bodies), workers,
+// a broker profile and faults (worker crashes, dropped connections, refused
+// hold declarations). Run simulates it and returns a Result: jobs by
+// terminal state, attempts and deferrals, the wait rounding added to each
+// hold, how long released deferrals and new jobs waited for a worker, hold
+// queues over time, declarations per second, and every invariant violation
+// with the trace that shows it.
+//
+// Everything random is drawn from the scenario's seed, per job and per run
+// of its handler, so the same job meets the same fate whatever else
+// happens (which makes runs at different granularities comparable), and
+// the same scenario gives the same trace byte for byte (Result.TraceHash).
+//
+// The invariants, checked as the run goes:
+//
+//  1. never released early: a successor held for a delay d decided at t is
+//     next delivered no earlier than t + d;
+//  2. never stuck behind a longer wait: a hold is released into its work
+//     queue at its publish time plus its rounded TTL, within a millisecond;
+//  3. deferrals never spend attempts and never consult the retry policy;
+//     retries spend exactly one;
+//  4. ahead of the backlog: on a classic priority queue nothing of lower
+//     priority is delivered while a released deferral waits on the queue,
+//     and a job comes back at the priority its last settlement set (a
+//     deferral's top priority lasts one round);
+//  5. conservation: every job ends exactly once or is still somewhere at
+//     the end; duplicates only where a crash explains them; the broker's
+//     message count matches the simulation's;
+//  6. no hold queue expires with messages in it;
+//  7. hold queues per work queue stay within the number of TTLs the
+//     granularities allow;
+//  8. dead letters carry the right reason and headers, malformed bodies
+//     reach the dead-letter queue verbatim and the consumer keeps
+//     consuming, and a poison job on a quorum queue is dead-lettered for
+//     delivery_limit after the default limit of 20 returns.
+//
+// Scenario.Legacy runs the topology queuey replaced (one wait queue with
+// per-message expirations) as a negative control: invariant 2 catches its
+// head-of-line blocking.
+//
+// Deliveries are taken off the worker's channel the way the backend's
+// Consume sets it up (its own channel, Qos(prefetch), manual
+// acknowledgements, basic.reject with requeue), but without its forwarding
+// goroutine, so that the simulation stays on one goroutine; publishing,
+// hold queues, dead-lettering and declarations all go through
+// rabbitmq.Backend.
+package sim

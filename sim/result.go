@@ -1,0 +1,179 @@
+package sim
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// Result is what a run did. Everything in it is a deterministic function of
+// the scenario: runs of the same scenario give equal Results.
+type Result struct {
+	Scenario  Scenario `json:"scenario"`
+	TraceHash string   `json:"trace_hash"` // SHA-256 of the trace's binary form
+	Events    uint64   `json:"events"`     // trace events
+	Steps     uint64   `json:"steps"`      // virtual-clock timers fired
+	Virtual   Duration `json:"virtual"`    // virtual time simulated
+
+	Jobs         JobCounts      `json:"jobs"`
+	DeadByReason map[string]int `json:"dead_by_reason"`
+	// InFlight counts the jobs live at the end by where they are: "held"
+	// (in a hold or wait queue), "queued" (on the work queue) or
+	// "in-hand" (delivered to a worker).
+	InFlight map[string]int `json:"in_flight"`
+
+	Attempts  Counter `json:"attempts"`  // attempts per job that ended
+	Deferrals int     `json:"deferrals"` // deferrals in all
+
+	// AddedWait is each hold's release time minus the delay asked for: what
+	// rounding to the granularity (and the broker's expiry) added.
+	AddedWait Histogram `json:"added_wait"`
+	// DeferredWait is a deferred job's time from its release into the work
+	// queue to its delivery; BacklogWait a new job's time from enqueue to
+	// its first delivery.
+	DeferredWait Histogram `json:"deferred_wait"`
+	BacklogWait  Histogram `json:"backlog_wait"`
+
+	HoldQueuesPeak        int     `json:"hold_queues_peak"`
+	HoldQueuesMean        float64 `json:"hold_queues_mean"` // time-weighted
+	HoldQueuesCreated     int     `json:"hold_queues_created"`
+	HoldDeclarations      int     `json:"hold_declarations"` // queue.declare calls for holds
+	DeclarationsPerSecond float64 `json:"declarations_per_second"`
+
+	ViolationCount int         `json:"violation_count"`
+	Violations     []Violation `json:"violations"` // the first Options.MaxViolations
+
+	holdsNow  int
+	holdSince time.Duration
+	holdArea  float64
+}
+
+// JobCounts counts jobs by what became of them.
+type JobCounts struct {
+	Arrived               int `json:"arrived"` // malformed bodies included
+	Succeeded             int `json:"succeeded"`
+	DeadLettered          int `json:"dead_lettered"`
+	InFlight              int `json:"in_flight"`
+	Duplicates            int `json:"duplicates"` // extra terminal states, explained by crashes
+	Poison                int `json:"poison"`
+	Malformed             int `json:"malformed"`
+	MalformedDeadLettered int `json:"malformed_dead_lettered"`
+}
+
+func newResult(s Scenario) *Result {
+	return &Result{Scenario: s, DeadByReason: map[string]int{}, InFlight: map[string]int{}}
+}
+
+// finish closes the books: in-flight jobs by location, conservation
+// against the broker's own counts, and the time-weighted means.
+func (r *runner) finish() *Result {
+	res := r.res
+	now := r.now()
+	res.holdArea += float64(res.holdsNow) * float64(now-res.holdSince)
+	res.holdSince = now
+	if now > 0 {
+		res.HoldQueuesMean = res.holdArea / float64(now)
+		res.DeclarationsPerSecond = float64(res.HoldDeclarations) / now.Seconds()
+	}
+	res.Virtual = Duration(now)
+
+	nums := make([]uint64, 0, len(r.jobs))
+	for n := range r.jobs {
+		nums = append(nums, n)
+	}
+	sort.Slice(nums, func(a, b int) bool { return nums[a] < nums[b] })
+	copies := 0
+	for _, n := range nums {
+		j := r.jobs[n]
+		copies += max(j.copies, 0)
+		if j.ended > 0 {
+			continue
+		}
+		res.Jobs.InFlight++
+		switch {
+		case j.copies <= 0:
+			r.violate(5, j, "the job has not ended and no copy of it is anywhere")
+		case len(j.holds) > 0:
+			res.InFlight["held"]++
+		case j.fresh > 0:
+			res.InFlight["queued"]++
+		default:
+			res.InFlight["in-hand"]++
+		}
+	}
+	// The broker's count of messages in work, hold and wait queues must be
+	// the simulation's count of copies plus malformed bodies not yet
+	// dead-lettered.
+	onBroker := 0
+	for _, qi := range r.broker.Queues() {
+		switch r.classify(qi.Name).role {
+		case roleWork, roleHold, roleWait:
+			onBroker += qi.Ready + qi.Unacked
+		}
+	}
+	pendingMalformed := 0
+	for _, q := range r.queues {
+		pendingMalformed += len(q.malformed)
+	}
+	if onBroker != copies+pendingMalformed {
+		r.violate(5, nil, fmtCount(onBroker, copies, pendingMalformed))
+	}
+	res.Events = r.rec.events
+	res.Steps = r.steps
+	res.TraceHash = r.rec.sum()
+	return res
+}
+
+func fmtCount(onBroker, copies, malformed int) string {
+	return "the broker holds " + itoa(onBroker) + " messages in work and hold queues; the simulation accounts for " +
+		itoa(copies) + " job copies and " + itoa(malformed) + " malformed bodies"
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// --- random draws -----------------------------------------------------------
+
+// Draw streams: each kind of draw has its own, so that a job's outcomes do
+// not depend on how many other draws happened first, and the same job
+// meets the same fate at every granularity.
+const (
+	streamArrival uint64 = iota + 1
+	streamMalformed
+	streamPoison
+	streamHandler
+	streamRetryAfter
+	streamResult
+	streamJobResult
+	streamJitter
+)
+
+func splitmix(x uint64) uint64 {
+	x += 0x9E3779B97F4A7C15
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+	return x ^ (x >> 31)
+}
+
+// draw returns a uniform number in [0, 1) determined by the seed, a, b and
+// the stream.
+func (r *runner) draw(a, b, stream uint64) float64 {
+	h := splitmix(r.s.Seed)
+	h = splitmix(h ^ a)
+	h = splitmix(h ^ (b + 0x51_7c_c1_b7))
+	h = splitmix(h ^ stream)
+	return float64(h>>11) / (1 << 53)
+}
+
+func mathLog1m(u float64) float64 { return math.Log1p(-u) }
+
+// draw maps a uniform u to the distribution.
+func (d Dist) draw(u float64) time.Duration {
+	switch d.Dist {
+	case DistUniform:
+		return d.Min.D() + time.Duration(u*float64(d.Max.D()-d.Min.D()))
+	case DistExponential:
+		return time.Duration(-math.Log1p(-u) * float64(d.Mean.D()))
+	}
+	return d.Value.D()
+}

@@ -1,0 +1,1150 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/rabbitmq"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Options configure a Run. The zero value is ready to use.
+type Options struct {
+	// Trace receives the text trace, one event per line. Defaults to nil:
+	// the trace is only hashed (Result.TraceHash).
+	Trace io.Writer
+	// Progress, if set, is called now and then with the virtual time done
+	// and the total, from the simulation's goroutine.
+	Progress func(done, total time.Duration)
+	// MaxViolations is how many violations Result keeps in full (all are
+	// counted). Defaults to 20.
+	MaxViolations int
+
+	mutate mutation // tests only: break queuey on purpose to prove a check fires
+}
+
+// mutation is a deliberate bug the tests inject to show that an invariant
+// check catches it.
+type mutation int
+
+const (
+	mutNone           mutation = iota
+	mutEarly                   // holds are published for a quarter of the decided delay
+	mutSpendAttempt            // a deferral's successor counts an attempt
+	mutDeferPriority0          // a deferral comes back at priority 0
+	mutLoseRetry               // a retry's successor is never published
+	mutWrongReason             // a dead letter is published with another reason
+	mutHoldBound               // the hold-queue bound is taken as 1
+)
+
+// Start is the virtual instant every run starts at.
+var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// requeueDelay is how long a worker keeps a delivery it could not settle
+// before returning it, as queuey.WorkerConfig.RequeueDelay's default.
+const requeueDelay = time.Second
+
+// Run simulates s (defaults applied) on membroker under a virtual clock,
+// on one goroutine, and returns what happened. It runs the real rabbitmq
+// backend, queuey.Decide and queuey.PublishSuccessor; only the handlers are
+// simulated. The same scenario gives the same Result and the same trace,
+// byte for byte. Invariant violations are in the Result, not the error;
+// the error is for a scenario that does not validate, ctx ending, or the
+// simulation itself failing.
+func Run(ctx context.Context, s Scenario, opts Options) (*Result, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	s = s.WithDefaults()
+	if opts.MaxViolations == 0 {
+		opts.MaxViolations = 20
+	}
+	res, err := runOnce(ctx, s, opts, nil)
+	if err != nil || len(res.Violations) == 0 {
+		return res, err
+	}
+	// Excerpts come from a second run watching the jobs concerned: the
+	// simulation is deterministic, so it replays the same trace, and the
+	// first run need not keep every job's history just in case.
+	ex := &excerpter{jobs: map[uint64][]seqEvent{}}
+	for _, v := range res.Violations {
+		if v.Job != 0 {
+			ex.jobs[v.Job] = nil
+		}
+		ex.until = max(ex.until, v.seq)
+	}
+	again, err := runOnce(ctx, s, Options{MaxViolations: opts.MaxViolations, mutate: opts.mutate}, ex)
+	if err != nil {
+		return nil, err
+	}
+	if again.TraceHash != res.TraceHash {
+		return nil, fmt.Errorf("sim: nondeterminism: replaying the run for its violations' excerpts gave trace %s, not %s",
+			again.TraceHash, res.TraceHash)
+	}
+	for i := range res.Violations {
+		res.Violations[i].Excerpt = ex.excerpt(res.Violations[i])
+	}
+	return res, nil
+}
+
+func runOnce(ctx context.Context, s Scenario, opts Options, ex *excerpter) (*Result, error) {
+	r, err := newRunner(ctx, s, opts)
+	if err != nil {
+		return nil, err
+	}
+	r.ex = ex
+	defer r.close()
+	if err := r.loop(); err != nil {
+		return nil, err
+	}
+	return r.finish(), nil
+}
+
+// excerptLen is how many trace events an excerpt shows.
+const excerptLen = 24
+
+// excerpter collects, in a replay, the events of the jobs some violations
+// concern, and the latest events overall.
+type excerpter struct {
+	jobs   map[uint64][]seqEvent
+	recent []seqEvent // ring of the latest excerptLen events
+	next   int
+	until  uint64                // the last violation's event number: nothing later is needed
+	at     map[uint64][]seqEvent // by violation event number, for violations without a job
+}
+
+type seqEvent struct {
+	seq uint64
+	e   Event
+}
+
+func (x *excerpter) add(seq uint64, e Event) {
+	if seq > x.until {
+		return
+	}
+	if evs, ok := x.jobs[e.Job]; ok && e.Job != 0 {
+		x.jobs[e.Job] = append(evs, seqEvent{seq, e})
+	}
+	if len(x.recent) < excerptLen {
+		x.recent = append(x.recent, seqEvent{seq, e})
+	} else {
+		x.recent[x.next] = seqEvent{seq, e}
+		x.next = (x.next + 1) % excerptLen
+	}
+	if e.Kind == EvViolation && e.Job == 0 {
+		if x.at == nil {
+			x.at = map[uint64][]seqEvent{}
+		}
+		snap := append(append([]seqEvent(nil), x.recent[x.next:]...), x.recent[:x.next]...)
+		x.at[seq] = snap
+	}
+}
+
+// excerpt is the trace that shows v: the job's events up to and including
+// the violation, or for a violation that concerns no job, the events just
+// before it.
+func (x *excerpter) excerpt(v Violation) []string {
+	evs := x.at[v.seq]
+	if v.Job != 0 {
+		evs = nil
+		for _, se := range x.jobs[v.Job] {
+			if se.seq <= v.seq {
+				evs = append(evs, se)
+			}
+		}
+	}
+	if len(evs) > excerptLen {
+		evs = evs[len(evs)-excerptLen:]
+	}
+	out := make([]string, len(evs))
+	for i, se := range evs {
+		out[i] = se.e.String()
+	}
+	return out
+}
+
+// runner is one simulation.
+type runner struct {
+	ctx    context.Context
+	s      Scenario
+	opts   Options
+	clk    *Clock
+	broker *membroker.Broker
+	top    rabbitmq.Topology
+	end    time.Time // arrivals stop
+	stop   time.Time // the run stops
+
+	queues []*simQueue
+	byName map[string]*simQueue // work, hold, wait and dead queue names
+
+	producerConn *membroker.Connection
+	producerBack *rabbitmq.Backend
+	producer     *queuey.Producer
+	admin        *membroker.Channel // malformed bodies, refused holds, dead-letter audits
+
+	jobs    map[uint64]*job
+	nextJob uint64
+
+	rec *recorder
+	res *Result
+
+	// cur is the job whose settlement is being published, so that the
+	// observer can attribute what the broker reports during the call.
+	cur    settling
+	curSet bool // cur describes a settlement in progress
+
+	fatal error // the simulation itself broke
+	steps uint64
+
+	freeJobs []*job                   // retired, for reuse
+	freeDels []*simDelivery           // settled, for reuse
+	subs     map[string]*subscription // by consumer tag
+	ready    []*subscription          // with deliveries to take, in the order they came
+	auditDue bool                     // something reached a dead-letter queue
+	ex       *excerpter               // set in a replay for excerpts
+}
+
+// settling is a settlement in progress.
+type settling struct {
+	j      *job
+	dec    queuey.Decision
+	ttl    time.Duration // the hold's rounded TTL
+	issued time.Time
+}
+
+// simQueue is a work queue of the scenario with its workers.
+type simQueue struct {
+	idx       int
+	spec      Queue
+	cfg       queuey.QueueConfig
+	top       uint8
+	priority  bool // classic with x-max-priority: invariant 4 applies
+	dead      string
+	wait      string // legacy wait queue
+	workers   []*worker
+	audit     <-chan amqp.Delivery
+	holds     int // hold queues existing now
+	holdBound int // invariant 7
+	released  []uint64
+	arrivals  []*arrivalState
+	malformed map[uint64][]byte // bodies published, until audited
+}
+
+// worker is one worker process: its connection, backend and subscription.
+type worker struct {
+	q    *simQueue
+	idx  int
+	gen  int // bumped when the process dies
+	up   bool
+	conn *membroker.Connection
+	back queuey.Backend
+	rb   *rabbitmq.Backend
+	sub  *subscription
+	last *membroker.Channel // the channel the backend opened last
+	// restart is how long the process stays down after its next crash;
+	// defaults to a second.
+	restart time.Duration
+	tags    int // subscriptions so far, for consumer tags
+}
+
+func (w *worker) restartAfter() time.Duration {
+	if w.restart > 0 {
+		return w.restart
+	}
+	return time.Second
+}
+
+func (s *subscription) release(n uint64) {
+	if s.held[n]--; s.held[n] <= 0 {
+		delete(s.held, n)
+	}
+}
+
+// subscription is one Consume of a worker.
+type subscription struct {
+	in      <-chan amqp.Delivery
+	w       *worker
+	tag     string
+	pending int            // deliveries the broker reported and the worker has yet to take
+	back    queuey.Backend // the backend it came from, which settles its deliveries
+	ch      *membroker.Channel
+	inHand  int
+	held    map[uint64]int // jobs in hand, by number
+	dead    bool           // its process crashed: its handlers vanished
+}
+
+// job is what the simulation knows of one job while it is live.
+type job struct {
+	n        uint64
+	q        *simQueue
+	runs     int // handler runs started
+	failures int // retryable failures: attempts spent
+	poison   bool
+	replay   *ReplayJob
+	copies   int // messages of it in work or hold queues (ready or unacked)
+	fresh    int // copies on the work queue never delivered from there
+	ended    int // times it reached a terminal state
+	explain  int // requeues after crashes and drops, which may explain a duplicate
+	returns  int // returns that count toward a quorum delivery limit
+	state    string
+	expect   []expectation // successors issued, oldest first
+	holds    []pendingHold
+	deadWant []deadWant
+	// delivered are expectations met by deliveries the broker made and
+	// the worker has yet to decode.
+	delivered []expectation
+	hist      []Event // the job's latest events, for excerpts
+	enqueued  time.Time
+}
+
+// expectation is a successor the job should next be delivered as.
+type expectation struct {
+	attempt, deferrals int
+	priority           uint8
+	notBefore          time.Time
+	deferred           bool
+	released           time.Time // when it reached the work queue
+}
+
+// pendingHold is a copy of the job waiting in a hold or wait queue.
+type pendingHold struct {
+	queue string
+	at    time.Time
+	ttl   time.Duration
+	delay time.Duration
+	kind  queuey.HoldKind
+}
+
+// deadWant is a dead letter queuey published for the job.
+type deadWant struct {
+	reason   string
+	attempts int
+}
+
+func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
+	version, _ := parseProfile(s.Profile)
+	r := &runner{
+		ctx: ctx, s: s, opts: opts,
+		clk:    NewClock(Start),
+		top:    rabbitmq.Topology{RetryGranularity: s.Topology.RetryGranularity.D(), DeferredGranularity: s.Topology.DeferredGranularity.D()}.WithDefaults(),
+		byName: map[string]*simQueue{},
+		jobs:   map[uint64]*job{},
+		subs:   map[string]*subscription{},
+		rec:    newRecorder(opts.Trace),
+		res:    newResult(s),
+	}
+	r.end = Start.Add(s.Duration.D())
+	r.stop = r.end.Add(s.Drain.D())
+	r.broker = membroker.New(membroker.Config{Clock: r.clk, Version: version, Observer: r.observe})
+
+	var err error
+	r.producerConn, _ = r.broker.Dial()
+	r.producerBack, err = rabbitmq.New(rabbitmq.Channels(r.producerConn.Channel), rabbitmq.Options{Topology: r.top})
+	if err != nil {
+		return nil, fmt.Errorf("sim: producer backend: %w", err)
+	}
+	adminConn, _ := r.broker.Dial()
+	if r.admin, err = adminConn.Channel(); err != nil {
+		return nil, fmt.Errorf("sim: admin channel: %w", err)
+	}
+
+	var configs []queuey.QueueConfig
+	for i, spec := range s.Queues {
+		cfg, _ := spec.config()
+		q := &simQueue{
+			idx: i, spec: spec, cfg: cfg, top: cfg.TopPriority(),
+			priority:  cfg.Type == queuey.Classic && *cfg.MaxPriority > 0,
+			dead:      r.top.DeadQueue(spec.Name),
+			malformed: map[uint64][]byte{},
+		}
+		q.holdBound = holdBound(cfg, spec, r.top)
+		if opts.mutate == mutHoldBound {
+			q.holdBound = 1
+		}
+		r.queues = append(r.queues, q)
+		r.byName[spec.Name] = q
+		r.byName[q.dead] = q
+		configs = append(configs, cfg)
+		for k, a := range spec.Arrivals {
+			q.arrivals = append(q.arrivals, &arrivalState{a: a, stream: uint64(i)<<16 | uint64(k)})
+		}
+	}
+	r.producer, err = queuey.NewProducer(ctx, r.producerBack, configs, queuey.ProducerConfig{
+		Clock: r.clk,
+		NewID: func() string { return "j" + strconv.FormatUint(r.nextJob, 10) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sim: declaring the queues: %w", err)
+	}
+	for _, q := range r.queues {
+		if s.Legacy {
+			q.wait = q.spec.Name + ".wait"
+			r.byName[q.wait] = q
+			if _, err := r.admin.QueueDeclare(q.wait, true, false, false, false, amqp.Table{
+				"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q.spec.Name,
+			}); err != nil {
+				return nil, fmt.Errorf("sim: declaring the legacy wait queue: %w", err)
+			}
+		}
+		audit, err := r.admin.Consume(q.dead, "audit-"+q.spec.Name, true, false, false, false, nil)
+		if err != nil {
+			return nil, fmt.Errorf("sim: auditing %s: %w", q.dead, err)
+		}
+		q.audit = audit
+		for k := 0; k < q.spec.Workers; k++ {
+			w := &worker{q: q, idx: k}
+			q.workers = append(q.workers, w)
+			if err := r.startWorker(w); err != nil {
+				return nil, err
+			}
+		}
+		for _, a := range q.arrivals {
+			r.scheduleArrival(q, a)
+		}
+	}
+	for i := range s.Faults {
+		f := s.Faults[i]
+		r.clk.AfterFunc(f.At.D(), func() { r.fault(f) })
+	}
+	return r, nil
+}
+
+// holdBound is invariant 7's limit on a queue's hold queues at once: the
+// number of distinct TTLs its retries can round to, ceil(cap /
+// granularity) + 1 (the +1 for rounding to whole milliseconds), plus as
+// many again for deferrals when the deferred granularity makes TTLs the
+// retry granularity cannot, bounded by the largest Retry-After the outcome
+// model can draw. An exponential Retry-After has no largest value; its
+// bound counts TTLs up to 20 means.
+func holdBound(cfg queuey.QueueConfig, spec Queue, top rabbitmq.Topology) int {
+	ceil := func(a, b time.Duration) int { return int((a + b - 1) / b) }
+	retryG := max(top.RetryGranularity, time.Millisecond)
+	n := ceil(cfg.Retry.Cap, retryG) + 1
+	if spec.Outcome.RateLimited == 0 && !hasReplayDefer(spec) {
+		return n
+	}
+	var maxDefer time.Duration
+	switch d := spec.Outcome.RetryAfter; d.Dist {
+	case DistConstant:
+		maxDefer = d.Value.D()
+	case DistUniform:
+		maxDefer = d.Max.D()
+	case DistExponential:
+		maxDefer = 20 * d.Mean.D()
+	}
+	for _, a := range spec.Arrivals {
+		for _, j := range a.Jobs {
+			maxDefer = max(maxDefer, j.RetryAfter.D())
+		}
+	}
+	deferG := max(top.DeferredGranularity, time.Millisecond)
+	if deferG%retryG == 0 && maxDefer <= cfg.Retry.Cap {
+		return n // every deferred TTL is a retry TTL too
+	}
+	return n + ceil(maxDefer, deferG) + 1
+}
+
+func hasReplayDefer(spec Queue) bool {
+	for _, a := range spec.Arrivals {
+		for _, j := range a.Jobs {
+			for _, o := range j.Outcomes {
+				if o == "defer" {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// startWorker connects a worker and subscribes it to its queue.
+func (r *runner) startWorker(w *worker) error {
+	conn, err := r.broker.Dial()
+	if err != nil {
+		return err
+	}
+	w.conn = conn
+	open := func() (rabbitmq.Channel, error) {
+		ch, err := conn.Channel()
+		if err != nil {
+			return nil, err
+		}
+		w.last = ch
+		return ch, nil
+	}
+	w.rb, err = rabbitmq.New(open, rabbitmq.Options{Topology: r.top})
+	if err != nil {
+		return fmt.Errorf("sim: worker backend: %w", err)
+	}
+	// The worker's backend has declared nothing; it learns the queue as a
+	// worker process does, by declaring it (an equivalent redeclaration).
+	if err := w.rb.Declare(r.ctx, w.q.cfg); err != nil {
+		return fmt.Errorf("sim: worker declare: %w", err)
+	}
+	w.back = w.rb
+	if r.s.Legacy {
+		lb, err := newLegacyBackend(w.rb, open, w.q.wait, r.top)
+		if err != nil {
+			return err
+		}
+		w.back = lb
+	}
+	// The subscription is what rabbitmq.Backend.Consume sets up (a channel
+	// of its own, Qos(prefetch), manual acknowledgements, settled with
+	// basic.ack or basic.reject with requeue), read here without the
+	// backend's forwarding goroutine: membroker hands deliveries over before
+	// its calls return, so the simulation takes them straight off the
+	// channel, on its one goroutine, without a thread handoff per message.
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("sim: worker channel: %w", err)
+	}
+	if err := ch.Qos(w.q.cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("sim: worker qos: %w", err)
+	}
+	w.tags++
+	tag := fmt.Sprintf("%s-w%d-%d", w.q.spec.Name, w.idx, w.tags)
+	sub := &subscription{w: w, tag: tag, back: w.back, ch: ch, held: map[uint64]int{}}
+	r.subs[tag] = sub // before Consume, which may deliver at once
+	in, err := ch.Consume(w.q.spec.Name, tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("sim: worker consume: %w", err)
+	}
+	sub.in = in
+	w.sub = sub
+	w.up = true
+	return nil
+}
+
+// stopWorker releases a worker's backend; its connection is already gone.
+func (r *runner) stopWorker(w *worker) {
+	w.up = false
+	if w.sub != nil {
+		w.sub.dead = true
+		w.sub = nil
+	}
+	_ = w.back.Close()
+}
+
+// loop fires events in virtual-time order until the run's end.
+func (r *runner) loop() error {
+	total := r.stop.Sub(Start)
+	for r.fatal == nil {
+		at, ok := r.clk.Next()
+		if !ok || at.After(r.stop) {
+			break
+		}
+		r.clk.Step()
+		r.pump()
+		r.steps++
+		if r.steps&0xffff == 0 {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+			if r.opts.Progress != nil {
+				r.opts.Progress(r.clk.Now().Sub(Start), total)
+			}
+		}
+	}
+	if r.fatal != nil {
+		return r.fatal
+	}
+	if r.clk.Now().Before(r.stop) {
+		r.clk.RunUntil(r.stop)
+	}
+	if r.opts.Progress != nil {
+		r.opts.Progress(total, total)
+	}
+	return nil
+}
+
+// pump takes every delivery the broker has handed to a worker and drains
+// the dead-letter audits. membroker never blocks and hands over what it
+// delivers before its call returns, so taking what is on the channels now
+// is deterministic.
+func (r *runner) pump() {
+	for len(r.ready) > 0 || r.auditDue {
+		for len(r.ready) > 0 {
+			sub := r.ready[0]
+			r.ready[0] = nil
+			r.ready = r.ready[1:]
+			for sub.pending > 0 {
+				sub.pending--
+				d, ok := receiveNow(sub.in)
+				if !ok {
+					if sub.dead || sub.ch.IsClosed() {
+						sub.pending = 0 // the broker took them back with the channel
+						break
+					}
+					r.failf("consumer %s: a delivery the broker reported is not on its channel", sub.tag)
+					return
+				}
+				sub.inHand++
+				sd := r.newDelivery()
+				sd.d = d
+				r.begin(sub.w, sub, sd)
+			}
+		}
+		if r.auditDue {
+			r.auditDue = false
+			for _, q := range r.queues {
+				r.audit(q)
+			}
+		}
+	}
+}
+
+// simDelivery settles a delivery as the backend's consumer does.
+type simDelivery struct{ d amqp.Delivery }
+
+func (d *simDelivery) Body() []byte      { return d.d.Body }
+func (d *simDelivery) Priority() uint8   { return d.d.Priority }
+func (d *simDelivery) Redelivered() bool { return d.d.Redelivered }
+func (d *simDelivery) Ack() error        { return d.d.Ack(false) }
+func (d *simDelivery) Requeue() error    { return d.d.Reject(true) }
+
+func (r *runner) newDelivery() *simDelivery {
+	if n := len(r.freeDels); n > 0 {
+		d := r.freeDels[n-1]
+		r.freeDels = r.freeDels[:n-1]
+		return d
+	}
+	return new(simDelivery)
+}
+
+// recycle takes back a delivery that has been settled and is referred to
+// by nothing any more.
+func (r *runner) recycle(d queuey.Delivery) {
+	if sd, ok := d.(*simDelivery); ok && len(r.freeDels) < 1024 {
+		sd.d = amqp.Delivery{}
+		r.freeDels = append(r.freeDels, sd)
+	}
+}
+
+func (r *runner) failf(format string, args ...any) {
+	if r.fatal == nil {
+		r.fatal = fmt.Errorf("sim: "+format, args...)
+	}
+}
+
+func (r *runner) now() time.Duration { return r.clk.Now().Sub(Start) }
+
+// emit records an event in the trace.
+func (r *runner) emit(e Event) {
+	e.At = r.now()
+	r.rec.record(&e)
+	if r.ex != nil {
+		r.ex.add(r.rec.events, e)
+	}
+}
+
+// job returns the live job n, or nil.
+func (r *runner) job(n uint64) *job { return r.jobs[n] }
+
+// jobNumber parses a message id "j<n>".
+func jobNumber(id string) uint64 {
+	if len(id) < 2 || id[0] != 'j' {
+		return 0
+	}
+	n, err := strconv.ParseUint(id[1:], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// --- arrivals ---------------------------------------------------------------
+
+type arrivalState struct {
+	a      Arrival
+	stream uint64
+	k      uint64 // arrivals so far
+	order  []int  // replay: jobs by arrival time
+}
+
+func (r *runner) scheduleArrival(q *simQueue, st *arrivalState) {
+	a := st.a
+	var at time.Duration
+	switch a.Process {
+	case ArrivalConstant:
+		at = a.Start.D() + time.Duration(float64(st.k)*float64(time.Second)/a.Rate)
+	case ArrivalPoisson:
+		if st.k == 0 {
+			at = a.Start.D()
+		}
+		gap := time.Duration(-mathLog1m(r.draw(st.stream, st.k, streamArrival)) / a.Rate * float64(time.Second))
+		if st.k == 0 {
+			at += gap
+		} else {
+			at = r.now() + gap
+		}
+	case ArrivalBurst:
+		at = a.Start.D() + time.Duration(st.k)*a.Every.D()
+	case ArrivalReplay:
+		if st.order == nil {
+			st.order = sortedReplay(a.Jobs)
+		}
+		if st.k >= uint64(len(st.order)) {
+			return
+		}
+		at = a.Jobs[st.order[st.k]].At.D()
+	}
+	if at >= a.End.D() || at >= r.s.Duration.D() {
+		return
+	}
+	r.clk.AfterFunc(at-r.now(), func() {
+		k := st.k
+		st.k++
+		switch a.Process {
+		case ArrivalBurst:
+			for i := 0; i < a.Size; i++ {
+				r.arrive(q, nil)
+			}
+		case ArrivalReplay:
+			r.arrive(q, &a.Jobs[st.order[k]])
+		default:
+			r.arrive(q, nil)
+		}
+		r.scheduleArrival(q, st)
+	})
+}
+
+// simJob is the payload of every simulated job.
+type simJob struct {
+	queue string
+	N     uint64 `json:"n"`
+}
+
+func (j simJob) Kind() string  { return "sim" }
+func (j simJob) Queue() string { return j.queue }
+
+func (r *runner) arrive(q *simQueue, rj *ReplayJob) {
+	r.nextJob++
+	n := r.nextJob
+	r.res.Jobs.Arrived++
+	if rj == nil && r.draw(n, 0, streamMalformed) < q.spec.Outcome.Malformed {
+		body := []byte("not a queuey envelope #" + strconv.FormatUint(n, 10))
+		q.malformed[n] = body
+		r.res.Jobs.Malformed++
+		r.emit(Event{Kind: EvMalformed, Job: n, Queue: q.spec.Name, Worker: -1})
+		if err := r.admin.Publish("", q.spec.Name, false, false, amqp.Publishing{MessageId: "m" + strconv.FormatUint(n, 10), Body: body}); err != nil {
+			r.failf("publishing a malformed body: %v", err)
+		}
+		return
+	}
+	j := r.newJob()
+	j.n, j.q, j.replay, j.state, j.enqueued = n, q, rj, "arriving", r.clk.Now()
+	j.poison = rj == nil && r.draw(n, 0, streamPoison) < q.spec.Outcome.Poison
+	if j.poison {
+		r.res.Jobs.Poison++
+	}
+	r.jobs[n] = j
+	j.expect = append(j.expect, expectation{attempt: 1, notBefore: r.clk.Now()})
+	r.emit(Event{Kind: EvArrive, Job: n, Queue: q.spec.Name, Worker: -1})
+	if _, err := r.producer.Enqueue(r.ctx, simJob{queue: q.spec.Name, N: n}); err != nil {
+		r.failf("enqueue job %d: %v", n, err)
+	}
+}
+
+// --- handlers ---------------------------------------------------------------
+
+// outcome is what one handler run does.
+type outcome struct {
+	result   error
+	label    string
+	duration time.Duration
+	crash    bool
+}
+
+var errRetryable = errors.New("simulated retryable failure")
+
+func (r *runner) outcomeOf(j *job, run int) outcome {
+	o := j.q.spec.Outcome
+	n, k := j.n, uint64(run)
+	dur := o.Handler.draw(r.draw(n, k, streamHandler))
+	retryAfter := func() time.Duration { return o.RetryAfter.draw(r.draw(n, k, streamRetryAfter)) }
+	if j.poison {
+		return outcome{label: "crash (poison)", duration: dur, crash: true}
+	}
+	if j.replay != nil {
+		rj := j.replay
+		label := "ok"
+		if len(rj.Outcomes) > 0 {
+			label = rj.Outcomes[min(run, len(rj.Outcomes)-1)]
+		}
+		if rj.Handler > 0 {
+			dur = rj.Handler.D()
+		}
+		switch label {
+		case "retry":
+			return outcome{result: errRetryable, label: "retry", duration: dur}
+		case "fatal":
+			return outcome{result: queuey.Fatal(errors.New("simulated fatal failure")), label: "fatal", duration: dur}
+		case "defer":
+			d := rj.RetryAfter.D()
+			if d == 0 {
+				d = retryAfter()
+			}
+			return outcome{result: queuey.Defer(d, "rate limited"), label: "defer " + d.String(), duration: dur}
+		case "crash":
+			return outcome{label: "crash", duration: dur, crash: true}
+		}
+		return outcome{label: "ok", duration: dur}
+	}
+	u := r.draw(n, k, streamResult)
+	if u < o.RateLimited {
+		d := retryAfter()
+		return outcome{result: queuey.Defer(d, "rate limited"), label: "defer " + d.String(), duration: dur}
+	}
+	if o.Correlation == PerJob {
+		u = o.RateLimited + r.draw(n, 0, streamJobResult)*(1-o.RateLimited)
+	}
+	switch {
+	case u < o.RateLimited+o.Retryable:
+		return outcome{result: errRetryable, label: "retry", duration: dur}
+	case u < o.RateLimited+o.Retryable+o.Fatal:
+		return outcome{result: queuey.Fatal(errors.New("simulated fatal failure")), label: "fatal", duration: dur}
+	}
+	return outcome{label: "ok", duration: dur}
+}
+
+// begin starts handling a delivery: a malformed body is dead-lettered at
+// once; a job's handler runs for its drawn duration.
+func (r *runner) begin(w *worker, sub *subscription, d queuey.Delivery) {
+	q := w.q
+	env, err := queuey.DecodeEnvelope(d.Body())
+	if err != nil {
+		r.settleMalformed(w, sub, d)
+		return
+	}
+	n := jobNumber(env.ID)
+	j := r.job(n)
+	if j == nil {
+		r.failf("delivered job %q is not live", env.ID)
+		return
+	}
+	r.emit(Event{Kind: EvDeliver, Job: n, Queue: q.spec.Name, Worker: w.idx, Attempt: env.Attempt, Deferrals: env.Deferrals, Priority: d.Priority()})
+	r.checkDelivered(j, env, d)
+	sub.held[n]++
+	run := j.runs
+	j.runs++
+	out := r.outcomeOf(j, run)
+	gen := w.gen
+	r.clk.AfterFunc(out.duration, func() {
+		if sub.dead || w.gen != gen {
+			return // the process died with its handlers
+		}
+		if r.jobs[n] != j {
+			// Its connection dropped under it and the broker's redelivery
+			// of it has ended the job since: nothing this handler could
+			// publish or acknowledge would reach the broker.
+			r.emit(Event{Kind: EvSettleFailed, Job: n, Queue: q.spec.Name, Worker: w.idx, Detail: "the job ended while its connection was gone"})
+			return
+		}
+		r.emit(Event{Kind: EvOutcome, Job: n, Queue: q.spec.Name, Worker: w.idx, Attempt: env.Attempt, Deferrals: env.Deferrals, Detail: out.label})
+		if out.crash {
+			r.crash(w, "poison job "+strconv.FormatUint(n, 10))
+			return
+		}
+		r.settle(w, sub, j, env, d, out)
+	})
+}
+
+// settle decides and publishes the successor, then acknowledges: the
+// worker's sequence, with the same functions.
+func (r *runner) settle(w *worker, sub *subscription, j *job, env queuey.Envelope, d queuey.Delivery, out outcome) {
+	q := w.q
+	dec := queuey.Decide(env, out.result, q.cfg, r.draw(j.n, uint64(j.runs), streamJitter))
+	r.checkDecision(j, env, out, dec)
+	cur := settling{j: j, dec: dec, issued: r.clk.Now()}
+	switch dec.Action {
+	case queuey.ActionRetry:
+		ttl, _ := r.top.RetryTTL(dec.Delay)
+		cur.ttl = time.Duration(ttl) * time.Millisecond
+	case queuey.ActionDefer:
+		ttl, _ := r.top.DeferredTTL(dec.Delay)
+		cur.ttl = time.Duration(ttl) * time.Millisecond
+	}
+	if cur.ttl > 0 {
+		r.res.HoldDeclarations++ // the backend declares the hold queue before every hold
+	}
+	r.cur, r.curSet = cur, true
+	err := r.publishSuccessor(sub, q, dec)
+	r.cur, r.curSet = settling{}, false
+	if err != nil {
+		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: q.spec.Name, Worker: w.idx, Detail: oneLine(err)})
+		r.requeueLater(w, sub, j, d)
+		return
+	}
+	switch dec.Action {
+	case queuey.ActionRetry, queuey.ActionDefer:
+		j.expect = append(j.expect, expectation{
+			attempt: dec.Successor.Attempt, deferrals: dec.Successor.Deferrals, priority: dec.Successor.Priority,
+			notBefore: cur.issued.Add(dec.Delay), deferred: dec.Action == queuey.ActionDefer,
+		})
+		if dec.Action == queuey.ActionRetry {
+			j.failures++
+		} else {
+			r.res.Deferrals++
+		}
+	case queuey.ActionDeadLetter:
+		j.deadWant = append(j.deadWant, deadWant{reason: dec.Reason, attempts: dec.Successor.Attempt})
+		r.end1(j, "dead-lettered", dec.Reason)
+	}
+	if err := d.Ack(); err != nil {
+		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: q.spec.Name, Worker: w.idx, Detail: "ack: " + oneLine(err)})
+		return
+	}
+	sub.inHand--
+	sub.release(j.n)
+	r.recycle(d)
+	j.copies--
+	r.emit(Event{Kind: EvAck, Job: j.n, Queue: q.spec.Name, Worker: w.idx})
+	if dec.Action == queuey.ActionAck {
+		r.end1(j, "succeeded", "")
+	}
+	r.retire(j)
+}
+
+// publishSuccessor is queuey.PublishSuccessor, with the deliberate bug
+// Options.mutate asks for in tests.
+func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec queuey.Decision) error {
+	switch m := r.opts.mutate; {
+	case m == mutEarly && dec.Delay > 0:
+		dec.Delay /= 4
+	case m == mutSpendAttempt && dec.Action == queuey.ActionDefer:
+		dec.Successor.Attempt++
+	case m == mutDeferPriority0 && dec.Action == queuey.ActionDefer:
+		dec.Successor.Priority = 0
+	case m == mutLoseRetry && dec.Action == queuey.ActionRetry:
+		return nil
+	case m == mutWrongReason && dec.Action == queuey.ActionDeadLetter:
+		dec.Reason = "a reason nobody decided"
+	}
+	return queuey.PublishSuccessor(r.ctx, sub.back, q.cfg, dec)
+}
+
+// settleMalformed dead-letters a body that is not an envelope, verbatim,
+// and acknowledges it; the consumer keeps consuming.
+func (r *runner) settleMalformed(w *worker, sub *subscription, d queuey.Delivery) {
+	q := w.q
+	if err := queuey.PublishMalformed(r.ctx, sub.back, q.cfg, d.Body()); err != nil {
+		r.emit(Event{Kind: EvSettleFailed, Queue: q.spec.Name, Worker: w.idx, Detail: "malformed: " + oneLine(err)})
+		r.requeueLater(w, sub, nil, d)
+		return
+	}
+	if err := d.Ack(); err == nil {
+		sub.inHand--
+		r.recycle(d)
+	}
+	if w.sub != sub || sub.ch.IsClosed() {
+		r.violate(8, nil, "the consumer stopped after a malformed body")
+	}
+}
+
+// requeueLater returns a delivery whose settlement failed after
+// requeueDelay, as the worker does.
+func (r *runner) requeueLater(w *worker, sub *subscription, j *job, d queuey.Delivery) {
+	r.clk.AfterFunc(requeueDelay, func() {
+		if sub.dead {
+			return
+		}
+		if err := d.Requeue(); err != nil {
+			return // the channel is gone: the broker requeued it already
+		}
+		sub.inHand--
+		r.recycle(d)
+		if j != nil {
+			sub.release(j.n)
+			if r.s.Profile == "RabbitMQ40" {
+				j.returns++
+			}
+			r.emit(Event{Kind: EvRequeue, Job: j.n, Queue: w.q.spec.Name, Worker: w.idx})
+		}
+	})
+}
+
+// end1 records that j reached a terminal state.
+func (r *runner) end1(j *job, state, reason string) {
+	j.ended++
+	if j.ended > 1 {
+		r.res.Jobs.Duplicates++
+		if j.ended-1 > j.explain {
+			r.violate(5, j, fmt.Sprintf("job ended %d times (%s after %s) with only %d crash requeues to explain it", j.ended, state, j.state, j.explain))
+		}
+		return
+	}
+	j.state = state
+	switch state {
+	case "succeeded":
+		r.res.Jobs.Succeeded++
+		r.res.Attempts.Add(j.failures + 1)
+	case "dead-lettered":
+		r.res.Jobs.DeadLettered++
+		r.res.DeadByReason[deadKey(reason)]++
+		r.res.Attempts.Add(j.failures + 1)
+	}
+}
+
+// deadKey groups "fatal: <error>" reasons under "fatal".
+func deadKey(reason string) string {
+	if strings.HasPrefix(reason, "fatal: ") {
+		return "fatal"
+	}
+	return reason
+}
+
+// retire forgets a job that has ended and has no copy left.
+func (r *runner) retire(j *job) {
+	if j.ended > 0 && j.copies == 0 && len(j.deadWant) == 0 && len(j.holds) == 0 && len(j.delivered) == 0 {
+		delete(r.jobs, j.n)
+		if len(r.freeJobs) < 1024 {
+			expect, holds := j.expect[:0], j.holds[:0]
+			*j = job{expect: expect, holds: holds}
+			r.freeJobs = append(r.freeJobs, j)
+		}
+	}
+}
+
+// newJob returns a zeroed job, reusing a retired one's memory.
+func (r *runner) newJob() *job {
+	if n := len(r.freeJobs); n > 0 {
+		j := r.freeJobs[n-1]
+		r.freeJobs = r.freeJobs[:n-1]
+		return j
+	}
+	return &job{expect: make([]expectation, 0, 2)}
+}
+
+// --- faults -----------------------------------------------------------------
+
+func (r *runner) fault(f Fault) {
+	q := r.byName[f.Queue]
+	switch f.Kind {
+	case FaultCrash:
+		w := q.workers[f.Worker]
+		if w.up {
+			w.restart = f.Restart.D()
+			r.crash(w, "injected crash")
+		}
+	case FaultDrop:
+		w := q.workers[f.Worker]
+		if !w.up {
+			return
+		}
+		r.emit(Event{Kind: EvDrop, Queue: q.spec.Name, Worker: w.idx})
+		r.noteRequeues(w)
+		r.broker.CloseConnection(w.conn, nil)
+		w.up = false
+		old := w.back
+		oldSub := w.sub
+		w.sub = nil
+		r.clk.AfterFunc(f.Restart.D(), func() {
+			oldSub.dead = true
+			_ = old.Close()
+			r.restart(w)
+		})
+	case FaultRefuseHold:
+		ttl, _ := r.top.RetryTTL(f.TTL.D())
+		r.refuseHold(q, r.top.HoldQueue(q.spec.Name, ttl), ttl, r.clk.Now().Add(f.For.D()))
+	}
+}
+
+// crash kills a worker process: its handlers vanish with it and the broker
+// requeues its unacknowledged deliveries when the connection drops.
+func (r *runner) crash(w *worker, why string) {
+	r.emit(Event{Kind: EvCrash, Queue: w.q.spec.Name, Worker: w.idx, Detail: why})
+	w.gen++
+	r.noteRequeues(w)
+	r.broker.CloseConnection(w.conn, nil)
+	r.stopWorker(w)
+	r.clk.AfterFunc(w.restartAfter(), func() { r.restart(w) })
+}
+
+// noteRequeues counts, for each job a dying connection holds, a return
+// toward the quorum delivery limit and a possible duplicate.
+func (r *runner) noteRequeues(w *worker) {
+	if w.sub == nil {
+		return
+	}
+	for n, k := range w.sub.held {
+		if j := r.job(n); j != nil {
+			j.returns += k
+			j.explain += k
+		}
+	}
+}
+
+func (r *runner) restart(w *worker) {
+	if err := r.startWorker(w); err != nil {
+		r.failf("restarting worker %d of %s: %v", w.idx, w.q.spec.Name, err)
+		return
+	}
+	r.emit(Event{Kind: EvRestart, Queue: w.q.spec.Name, Worker: w.idx})
+}
+
+func (r *runner) refuseHold(q *simQueue, name string, ttl int64, until time.Time) {
+	if !r.clk.Now().Before(until) {
+		return
+	}
+	if _, exists := r.broker.Queue(name); exists {
+		// In use: a real squatter would have to wait too. Try again soon.
+		r.clk.AfterFunc(time.Second, func() { r.refuseHold(q, name, ttl, until) })
+		return
+	}
+	if _, err := r.admin.QueueDeclare(name, true, false, false, false, amqp.Table{
+		"x-queue-type": "classic", "x-message-ttl": ttl,
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q.spec.Name,
+	}); err != nil {
+		r.failf("squatting %s: %v", name, err)
+		return
+	}
+	r.emit(Event{Kind: EvRefuse, Queue: name, Worker: -1, Detail: "on"})
+	r.clk.AfterFunc(until.Sub(r.clk.Now()), func() {
+		if _, err := r.admin.QueueDelete(name, false, true, false); err != nil {
+			r.failf("removing the squatter %s: %v", name, err)
+			return
+		}
+		r.emit(Event{Kind: EvRefuse, Queue: name, Worker: -1, Detail: "off"})
+	})
+}
+
+// oneLine shortens an error for the trace.
+func oneLine(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+func (r *runner) close() {
+	for _, q := range r.queues {
+		for _, w := range q.workers {
+			if w.back != nil {
+				_ = w.back.Close()
+			}
+		}
+	}
+	if r.producerBack != nil {
+		_ = r.producerBack.Close()
+	}
+}
+
+// sortedReplay returns the indexes of jobs in arrival order (stable).
+func sortedReplay(jobs []ReplayJob) []int {
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return jobs[order[a]].At < jobs[order[b]].At })
+	return order
+}

@@ -1,0 +1,297 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queuey/queuey/membroker"
+)
+
+func dur(d time.Duration) Duration { return Duration(d) }
+
+// mixed is a short scenario with every kind of outcome and fault: retries,
+// fatal failures, deferrals, malformed bodies, a crash, a dropped
+// connection, bursts and Poisson arrivals.
+func mixed(queueType, profile string) Scenario {
+	return Scenario{
+		Name: "mixed", Seed: 7, Duration: dur(2 * time.Minute), Drain: dur(5 * time.Minute), Profile: profile,
+		Queues: []Queue{{
+			Type: queueType, Workers: 3, Prefetch: 5,
+			Retry:    Retry{Base: dur(100 * time.Millisecond), Cap: dur(20 * time.Second), MaxAttempts: 4},
+			Arrivals: []Arrival{{Process: ArrivalPoisson, Rate: 20}, {Process: ArrivalBurst, Every: dur(30 * time.Second), Size: 40}},
+			Outcome: Outcome{
+				Retryable: 0.3, Fatal: 0.02, RateLimited: 0.1, Malformed: 0.01,
+				RetryAfter: Dist{Dist: DistUniform, Min: dur(time.Second), Max: dur(10 * time.Second)},
+				Handler:    Dist{Dist: DistExponential, Mean: dur(100 * time.Millisecond)},
+			},
+		}},
+		Faults: []Fault{
+			{At: dur(20 * time.Second), Kind: FaultCrash, Worker: 1, Restart: dur(2 * time.Second)},
+			{At: dur(40 * time.Second), Kind: FaultDrop, Worker: 2},
+		},
+	}
+}
+
+func run(t *testing.T, s Scenario, opts Options) (*Result, string) {
+	t.Helper()
+	var trace bytes.Buffer
+	opts.Trace = &trace
+	res, err := Run(context.Background(), s, opts)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res, trace.String()
+}
+
+func requireNoViolations(t *testing.T, res *Result) {
+	t.Helper()
+	if res.ViolationCount != 0 {
+		for _, v := range res.Violations {
+			t.Errorf("seed %d: %s", res.Scenario.Seed, v)
+		}
+		t.Fatalf("%d invariant violations", res.ViolationCount)
+	}
+}
+
+// TestRunIsDeterministic: the same scenario and seed give the same trace,
+// byte for byte, and the same Result; another seed gives another trace.
+func TestRunIsDeterministic(t *testing.T) {
+	s := mixed("quorum", "RabbitMQ40")
+	a, traceA := run(t, s, Options{})
+	b, traceB := run(t, s, Options{})
+	if traceA != traceB {
+		t.Fatal("two runs of the same scenario wrote different traces")
+	}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if !bytes.Equal(ja, jb) {
+		t.Fatalf("two runs of the same scenario gave different results:\n%s\n%s", ja, jb)
+	}
+	if a.TraceHash == "" || a.Events == 0 || int(a.Events) != strings.Count(traceA, "\n") {
+		t.Fatalf("trace hash %q over %d events, %d lines written", a.TraceHash, a.Events, strings.Count(traceA, "\n"))
+	}
+	s.Seed = 8
+	c, _ := run(t, s, Options{})
+	if c.TraceHash == a.TraceHash {
+		t.Fatal("another seed gave the same trace")
+	}
+}
+
+// TestInvariantsHoldOnMixedScenarios runs the mixed scenario on both queue
+// types and both broker profiles: no invariant is violated, and the run did
+// exercise what it claims to (every outcome, both faults, every malformed
+// body dead-lettered verbatim).
+func TestInvariantsHoldOnMixedScenarios(t *testing.T) {
+	for _, typ := range []string{"classic", "quorum"} {
+		for _, profile := range []string{"RabbitMQ40", "RabbitMQ43"} {
+			t.Run(typ+"/"+profile, func(t *testing.T) {
+				res, trace := run(t, mixed(typ, profile), Options{})
+				requireNoViolations(t, res)
+				j := res.Jobs
+				if j.Arrived < 2000 || j.Succeeded == 0 || res.Deferrals == 0 {
+					t.Fatalf("too little happened: %+v, %d deferrals", j, res.Deferrals)
+				}
+				if res.DeadByReason["fatal"] == 0 || res.DeadByReason["attempts exhausted"] == 0 {
+					t.Fatalf("dead letters by reason: %v", res.DeadByReason)
+				}
+				if j.Malformed == 0 || j.MalformedDeadLettered != j.Malformed {
+					t.Fatalf("%d malformed bodies, %d dead-lettered", j.Malformed, j.MalformedDeadLettered)
+				}
+				for _, want := range []string{" crash ", " drop ", " restart ", " release ", " hold-expired "} {
+					if !strings.Contains(trace, want) {
+						t.Errorf("the trace has no %q event", strings.TrimSpace(want))
+					}
+				}
+				if j.InFlight != 0 {
+					t.Errorf("%d jobs still in flight after the drain: %v", j.InFlight, res.InFlight)
+				}
+				if j.Succeeded+j.DeadLettered+j.InFlight+j.Malformed != j.Arrived {
+					t.Errorf("jobs do not add up: %+v", j)
+				}
+			})
+		}
+	}
+}
+
+// TestPoisonJobOnQuorumQueueReachesTheDeadQueue: a job whose handler kills
+// its worker every time is dead-lettered by a quorum queue with
+// delivery_limit after RabbitMQ 4's default limit of 20 returns (21
+// deliveries), while the other jobs succeed; on a classic queue it keeps
+// crashing workers and is still in flight at the end.
+func TestPoisonJobOnQuorumQueueReachesTheDeadQueue(t *testing.T) {
+	scenario := func(typ, profile string) Scenario {
+		var jobs []ReplayJob
+		for i := range 50 {
+			jobs = append(jobs, ReplayJob{At: dur(time.Duration(i) * 100 * time.Millisecond), Handler: dur(10 * time.Millisecond)})
+		}
+		jobs = append(jobs, ReplayJob{At: dur(time.Second), Outcomes: []string{"crash"}, Handler: dur(50 * time.Millisecond)})
+		return Scenario{
+			Duration: dur(10 * time.Second), Drain: dur(2 * time.Minute), Profile: profile,
+			Queues: []Queue{{Type: typ, Workers: 2, Prefetch: 1, Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: jobs}}}},
+		}
+	}
+	for _, profile := range []string{"RabbitMQ40", "RabbitMQ43"} {
+		t.Run("quorum/"+profile, func(t *testing.T) {
+			res, trace := run(t, scenario("quorum", profile), Options{})
+			requireNoViolations(t, res)
+			if res.DeadByReason["delivery_limit"] != 1 || res.Jobs.Succeeded != 50 {
+				t.Fatalf("dead letters %v, %d succeeded", res.DeadByReason, res.Jobs.Succeeded)
+			}
+			poison := poisonJob(t, trace)
+			if n := strings.Count(trace, "deliver job="+poison+" "); n != 21 {
+				t.Fatalf("the poison job was delivered %d times, want 21", n)
+			}
+		})
+	}
+	// A classic queue has no delivery limit: the poison job goes back to
+	// the head of the queue at every crash and starves the jobs behind it.
+	t.Run("classic", func(t *testing.T) {
+		res, trace := run(t, scenario("classic", "RabbitMQ40"), Options{})
+		requireNoViolations(t, res)
+		poison := poisonJob(t, trace)
+		if res.DeadByReason["delivery_limit"] != 0 || res.Jobs.InFlight == 0 || strings.Count(trace, "deliver job="+poison+" ") < 100 {
+			t.Fatalf("%+v, %d deliveries of the poison job", res.Jobs, strings.Count(trace, "deliver job="+poison+" "))
+		}
+	})
+}
+
+// poisonJob finds the number of the job whose handler crashes its worker.
+func poisonJob(t *testing.T, trace string) string {
+	t.Helper()
+	m := regexp.MustCompile(`outcome job=(\d+) [^\n]* crash\n`).FindStringSubmatch(trace)
+	if m == nil {
+		t.Fatal("no crashing outcome in the trace")
+	}
+	return m[1]
+}
+
+// TestRefusedHoldDeclaration: while a hold queue exists with other
+// arguments, holds into it are refused (406); the job goes back to its
+// queue unacknowledged, is retried after the requeue delay without spending
+// an attempt, and once the squatter is gone its deferral goes through.
+func TestRefusedHoldDeclaration(t *testing.T) {
+	s := Scenario{
+		Duration: dur(time.Minute), Drain: dur(time.Minute),
+		Queues: []Queue{{Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{
+			{At: dur(time.Second), Outcomes: []string{"defer", "ok"}, RetryAfter: dur(7 * time.Second)},
+		}}}}},
+		Faults: []Fault{{At: 0, Kind: FaultRefuseHold, TTL: dur(7 * time.Second), For: dur(5 * time.Second)}},
+	}
+	res, trace := run(t, s, Options{})
+	requireNoViolations(t, res)
+	if !strings.Contains(trace, "settle-failed job=1") || !strings.Contains(trace, "PRECONDITION_FAILED") {
+		t.Fatalf("no refused hold in the trace:\n%s", trace)
+	}
+	if res.Jobs.Succeeded != 1 || res.Attempts.Counts()[1] != 1 {
+		t.Fatalf("jobs %+v, attempts %v", res.Jobs, res.Attempts.Counts())
+	}
+}
+
+// TestNegativeControlLegacyTopology runs the topology queuey replaced (one
+// shared wait queue with per-message expirations): a 1-second deferral
+// queued behind a 60-second one is released only when the long one
+// expires, and invariant 2 reports it with the job's trace. The same
+// workload on hold queues breaks nothing.
+func TestNegativeControlLegacyTopology(t *testing.T) {
+	s := Scenario{
+		Duration: dur(5 * time.Second), Drain: dur(2 * time.Minute),
+		Queues: []Queue{{Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{
+			{At: 0, Outcomes: []string{"defer", "ok"}, RetryAfter: dur(time.Minute)},
+			{At: dur(time.Second), Outcomes: []string{"defer", "ok"}, RetryAfter: dur(time.Second)},
+		}}}}},
+	}
+	res, _ := run(t, s, Options{})
+	requireNoViolations(t, res)
+
+	s.Legacy = true
+	res, _ = run(t, s, Options{})
+	var found bool
+	for _, v := range res.Violations {
+		if v.Invariant == 2 && v.Job == 2 {
+			found = true
+			excerpt := strings.Join(v.Excerpt, "\n")
+			for _, want := range []string{"hold job=2 queue=jobs.wait", "ttl=1s", "release job=2", "late=58s", "from=jobs.wait", "VIOLATION"} {
+				if !strings.Contains(excerpt, want) {
+					t.Errorf("excerpt lacks %q:\n%s", want, excerpt)
+				}
+			}
+			t.Logf("the negative control's violation:\n%s", v)
+		}
+	}
+	if !found {
+		t.Fatalf("invariant 2 was not reported for the short wait stuck behind the long one: %v", res.Violations)
+	}
+}
+
+// TestChecksHaveTeeth breaks queuey on purpose, one way at a time, and
+// requires the invariant that forbids it to fire.
+func TestChecksHaveTeeth(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mut  mutation
+		inv  int
+	}{
+		{"holds released early", mutEarly, 1},
+		{"holds shorter than their TTL", mutEarly, 2},
+		{"a deferral spends an attempt", mutSpendAttempt, 3},
+		{"a deferral at priority 0", mutDeferPriority0, 4},
+		{"a retry lost", mutLoseRetry, 5},
+		{"a dead letter with the wrong reason", mutWrongReason, 8},
+		{"more hold queues than the bound", mutHoldBound, 7},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, _ := run(t, mixed("classic", "RabbitMQ40"), Options{mutate: c.mut})
+			for _, v := range res.Violations {
+				if v.Invariant == c.inv {
+					if len(v.Excerpt) == 0 {
+						t.Fatalf("violation without an excerpt: %s", v)
+					}
+					return
+				}
+			}
+			t.Fatalf("invariant %d did not fire; got %d violations: %v", c.inv, res.ViolationCount, res.Violations)
+		})
+	}
+}
+
+// TestHoldQueueExpiringWithMessagesIsAViolation feeds the checker the event
+// no correct run produces (the topology's x-expires is twice the TTL, so
+// it cannot happen on membroker): a hold queue deleted with messages.
+func TestHoldQueueExpiringWithMessagesIsAViolation(t *testing.T) {
+	s := mixed("classic", "RabbitMQ40").WithDefaults()
+	r, err := newRunner(context.Background(), s, Options{MaxViolations: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	r.observe(membroker.Event{Kind: membroker.EventQueueCreated, Queue: "jobs.deferred.1000"})
+	r.observe(membroker.Event{Kind: membroker.EventQueueDeleted, Queue: "jobs.deferred.1000", Reason: "expired", Messages: 2})
+	if len(r.res.Violations) != 1 || r.res.Violations[0].Invariant != 6 {
+		t.Fatalf("violations: %v", r.res.Violations)
+	}
+}
+
+// TestDeferralComesBackAheadOfTheBacklog: on a classic priority queue a
+// released deferral is delivered before the hundreds of jobs waiting, and
+// its wait from release to delivery is far below theirs.
+func TestDeferralComesBackAheadOfTheBacklog(t *testing.T) {
+	var jobs []ReplayJob
+	jobs = append(jobs, ReplayJob{At: 0, Outcomes: []string{"defer", "ok"}, RetryAfter: dur(2 * time.Second), Handler: dur(10 * time.Millisecond)})
+	for i := range 400 {
+		jobs = append(jobs, ReplayJob{At: dur(time.Second + time.Duration(i)*time.Millisecond), Handler: dur(10 * time.Millisecond)})
+	}
+	s := Scenario{
+		Duration: dur(5 * time.Second), Drain: dur(time.Minute),
+		Queues: []Queue{{Workers: 1, Prefetch: 1, Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: jobs}}}},
+	}
+	res, _ := run(t, s, Options{})
+	requireNoViolations(t, res)
+	if res.DeferredWait.Count() != 1 || res.DeferredWait.Max() > 20*time.Millisecond || res.BacklogWait.Max() < time.Second {
+		t.Fatalf("deferred wait %+v, backlog wait %+v", res.DeferredWait.Summary(), res.BacklogWait.Summary())
+	}
+}

@@ -1,0 +1,610 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/rabbitmq"
+)
+
+// Duration is a time.Duration written as a Go duration string ("30s",
+// "1h30m", "250ms") in scenario files.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a duration string. A bare number is refused: its
+// unit would be a guess.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"30s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("bad duration %q: want a string such as \"30s\" or \"1h30m\"", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Scenario is one simulated workload: queues with their arrivals, handler
+// outcomes and workers, a broker profile, a topology and faults. The zero
+// value of each optional field means its documented default; Validate
+// checks a scenario and names the field at fault. Scenario files are JSON
+// with these field names (see Load); cmd/queuey-sim also reads YAML.
+type Scenario struct {
+	// Name labels the scenario in reports. Optional.
+	Name string `json:"name,omitempty"`
+	// Seed drives every random draw. The same scenario and seed give the
+	// same run, event for event. Defaults to 1.
+	Seed uint64 `json:"seed,omitempty"`
+	// Duration is how long jobs arrive, in virtual time. Required.
+	Duration Duration `json:"duration"`
+	// Drain is how long the simulation goes on after arrivals stop, so that
+	// held jobs can come back and finish. Jobs still in flight at the end
+	// are reported with where they are. Defaults to 0.
+	Drain Duration `json:"drain,omitempty"`
+	// Profile is the RabbitMQ release membroker models: "RabbitMQ40"
+	// (4.0–4.2, what CI's live broker runs) or "RabbitMQ43". Defaults to
+	// "RabbitMQ40".
+	Profile string `json:"profile,omitempty"`
+	// Topology sets the hold-queue granularities.
+	Topology Topology `json:"topology,omitzero"`
+	// Legacy runs the topology queuey replaced, one shared wait queue per
+	// work queue with a per-message expiration, instead of hold queues: the
+	// negative control whose head-of-line blocking invariant 2 must catch.
+	Legacy bool `json:"legacy,omitempty"`
+	// Queues are the work queues. At least one.
+	Queues []Queue `json:"queues"`
+	// Faults happen at given virtual times. Optional.
+	Faults []Fault `json:"faults,omitempty"`
+}
+
+// Topology is the hold-queue rounding (see rabbitmq.Topology).
+type Topology struct {
+	// RetryGranularity rounds retry delays. Defaults to 1s.
+	RetryGranularity Duration `json:"retry_granularity,omitempty"`
+	// DeferredGranularity rounds deferrals. Defaults to 1s.
+	DeferredGranularity Duration `json:"deferred_granularity,omitempty"`
+}
+
+// Queue is one work queue with its workload.
+type Queue struct {
+	// Name of the work queue. Defaults to "jobs" for the first queue;
+	// required for the others, and unique.
+	Name string `json:"name,omitempty"`
+	// Type is "classic" (default) or "quorum".
+	Type string `json:"type,omitempty"`
+	// MaxPriority is a classic queue's x-max-priority; 0 declares a plain
+	// queue. Defaults to 10.
+	MaxPriority *int `json:"max_priority,omitempty"`
+	// Retry is the queue's retry policy.
+	Retry Retry `json:"retry,omitzero"`
+	// Workers consuming the queue, each on its own connection. Defaults
+	// to 4.
+	Workers int `json:"workers,omitempty"`
+	// Prefetch per worker, which is also how many handlers a worker runs
+	// at once. Defaults to 10.
+	Prefetch int `json:"prefetch,omitempty"`
+	// Arrivals are the processes enqueueing jobs. At least one.
+	Arrivals []Arrival `json:"arrivals"`
+	// Outcome says what each handler run does.
+	Outcome Outcome `json:"outcome,omitzero"`
+}
+
+// Retry is a queuey.RetryPolicy in scenario form.
+type Retry struct {
+	// Base backoff before the second attempt. Defaults to 1s.
+	Base Duration `json:"base,omitempty"`
+	// Cap on any delay. Defaults to 5m.
+	Cap Duration `json:"cap,omitempty"`
+	// MaxAttempts in all; -1 retries forever. Defaults to 10.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Jitter is "full" (default), "equal" or "none".
+	Jitter string `json:"jitter,omitempty"`
+}
+
+// Arrival processes.
+const (
+	ArrivalConstant = "constant" // Rate jobs per second, evenly spaced
+	ArrivalPoisson  = "poisson"  // Rate jobs per second on average, exponential gaps
+	ArrivalBurst    = "burst"    // Size jobs at once, every Every
+	ArrivalReplay   = "replay"   // the jobs listed in Jobs, at their offsets
+)
+
+// Arrival is one process enqueueing jobs between Start and End.
+type Arrival struct {
+	// Process is "constant", "poisson", "burst" or "replay". Required.
+	Process string `json:"process"`
+	// Rate in jobs per virtual second (constant, poisson).
+	Rate float64 `json:"rate,omitempty"`
+	// Every and Size make a burst of Size jobs every Every (burst).
+	Every Duration `json:"every,omitempty"`
+	Size  int      `json:"size,omitempty"`
+	// Start and End bound the process in virtual time; End defaults to the
+	// scenario's Duration.
+	Start Duration `json:"start,omitempty"`
+	End   Duration `json:"end,omitempty"`
+	// Jobs are replayed arrivals (replay), in any order.
+	Jobs []ReplayJob `json:"jobs,omitempty"`
+}
+
+// ReplayJob is one recorded arrival with what its handler runs did.
+type ReplayJob struct {
+	// At is the arrival's offset from the start of the run.
+	At Duration `json:"at"`
+	// Outcomes are the results of successive runs: "ok", "retry", "fatal",
+	// "defer" (with RetryAfter) or "crash" (the worker dies). The last one
+	// repeats for any further run. Empty means "ok".
+	Outcomes []string `json:"outcomes,omitempty"`
+	// RetryAfter is the deferral's delay for each "defer". Defaults to the
+	// queue's Outcome.RetryAfter draw.
+	RetryAfter Duration `json:"retry_after,omitempty"`
+	// Handler is how long each run takes. Defaults to the queue's
+	// Outcome.Handler draw.
+	Handler Duration `json:"handler,omitempty"`
+}
+
+// Correlation of failures.
+const (
+	PerAttempt = "attempt" // every run draws afresh
+	PerJob     = "job"     // a job's first draw decides all its runs: a failing job keeps failing
+)
+
+// Outcome is the handler model: each run's result and duration, drawn from
+// the seeded source. Rates are fractions of runs (or of jobs, for Poison
+// and Malformed) and must sum to at most 1 with success taking the rest.
+type Outcome struct {
+	// Retryable fraction of runs that fail with an ordinary error.
+	Retryable float64 `json:"retryable,omitempty"`
+	// Fatal fraction of runs that fail with queuey.Fatal.
+	Fatal float64 `json:"fatal,omitempty"`
+	// RateLimited fraction of runs answered with a Retry-After: queuey.Defer
+	// with a RetryAfter draw. Always drawn per run.
+	RateLimited float64 `json:"rate_limited,omitempty"`
+	// RetryAfter is the deferral delay. Defaults to constant 30s.
+	RetryAfter Dist `json:"retry_after,omitzero"`
+	// Handler is how long a run takes. Defaults to constant 0.
+	Handler Dist `json:"handler,omitzero"`
+	// Correlation is "attempt" (default) or "job".
+	Correlation string `json:"correlation,omitempty"`
+	// Poison fraction of jobs whose handler kills the worker process on
+	// every run, with its unacknowledged deliveries.
+	Poison float64 `json:"poison,omitempty"`
+	// Malformed fraction of arrivals published as bodies that are not a
+	// queuey envelope.
+	Malformed float64 `json:"malformed,omitempty"`
+}
+
+// Distributions.
+const (
+	DistConstant    = "constant"    // always Value
+	DistUniform     = "uniform"     // uniform in [Min, Max]
+	DistExponential = "exponential" // exponential with mean Mean
+)
+
+// Dist is a distribution of durations.
+type Dist struct {
+	// Dist is "constant" (default), "uniform" or "exponential".
+	Dist  string   `json:"dist,omitempty"`
+	Value Duration `json:"value,omitempty"`
+	Min   Duration `json:"min,omitempty"`
+	Max   Duration `json:"max,omitempty"`
+	Mean  Duration `json:"mean,omitempty"`
+}
+
+// Fault kinds.
+const (
+	// FaultCrash kills a worker process: its running handlers vanish and
+	// the broker requeues its unacknowledged deliveries. It restarts after
+	// Restart.
+	FaultCrash = "crash"
+	// FaultDrop closes a worker's connection from the broker's side: its
+	// running handlers finish but cannot settle, and the worker reconnects
+	// after Restart.
+	FaultDrop = "drop"
+	// FaultRefuseHold makes the hold queue for TTL exist with other
+	// arguments from At for For, so that every hold into it is refused
+	// (406 PRECONDITION_FAILED) and the job goes back to its queue.
+	FaultRefuseHold = "refuse-hold"
+)
+
+// Fault is one injected failure.
+type Fault struct {
+	// At is when it happens. Required.
+	At Duration `json:"at"`
+	// Kind is "crash", "drop" or "refuse-hold". Required.
+	Kind string `json:"kind"`
+	// Queue names the work queue; defaults to the first.
+	Queue string `json:"queue,omitempty"`
+	// Worker is the index of the worker (crash, drop). Defaults to 0.
+	Worker int `json:"worker,omitempty"`
+	// Restart is how long a crashed or dropped worker stays down.
+	// Defaults to 1s.
+	Restart Duration `json:"restart,omitempty"`
+	// TTL is the hold the refusal hits (refuse-hold), before rounding.
+	TTL Duration `json:"ttl,omitempty"`
+	// For is how long the refusal lasts (refuse-hold). Defaults to 1m.
+	For Duration `json:"for,omitempty"`
+}
+
+// Load reads a JSON scenario from r, refusing unknown fields, and
+// validates it.
+func Load(r io.Reader) (Scenario, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var s Scenario
+	if err := dec.Decode(&s); err != nil {
+		return Scenario{}, fmt.Errorf("sim: scenario: %w", err)
+	}
+	if dec.More() {
+		return Scenario{}, errors.New("sim: scenario: trailing data after the scenario object")
+	}
+	if err := s.Validate(); err != nil {
+		return Scenario{}, err
+	}
+	return s, nil
+}
+
+// LoadFile reads a JSON scenario file; see Load.
+func LoadFile(path string) (Scenario, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Scenario{}, fmt.Errorf("sim: %w", err)
+	}
+	s, err := Load(bytes.NewReader(b))
+	if err != nil {
+		return Scenario{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// FieldError is a scenario field with a bad value.
+type FieldError struct {
+	Field   string // path of the field, as in the file: "queues[0].outcome.retryable"
+	Problem string
+}
+
+func (e *FieldError) Error() string { return "sim: scenario: " + e.Field + ": " + e.Problem }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// WithDefaults returns s with every unset optional field at its default.
+func (s Scenario) WithDefaults() Scenario {
+	if s.Seed == 0 {
+		s.Seed = 1
+	}
+	if s.Profile == "" {
+		s.Profile = "RabbitMQ40"
+	}
+	if s.Topology.RetryGranularity == 0 {
+		s.Topology.RetryGranularity = Duration(time.Second)
+	}
+	if s.Topology.DeferredGranularity == 0 {
+		s.Topology.DeferredGranularity = Duration(time.Second)
+	}
+	qs := make([]Queue, len(s.Queues))
+	for i, q := range s.Queues {
+		if q.Name == "" && i == 0 {
+			q.Name = "jobs"
+		}
+		if q.Type == "" {
+			q.Type = "classic"
+		}
+		if q.MaxPriority == nil {
+			q.MaxPriority = new(queuey.DefaultMaxPriority)
+		}
+		if q.Workers == 0 {
+			q.Workers = 4
+		}
+		if q.Prefetch == 0 {
+			q.Prefetch = 10
+		}
+		if q.Retry.Jitter == "" {
+			q.Retry.Jitter = "full"
+		}
+		if q.Outcome.Correlation == "" {
+			q.Outcome.Correlation = PerAttempt
+		}
+		if q.Outcome.RetryAfter == (Dist{}) {
+			q.Outcome.RetryAfter = Dist{Dist: DistConstant, Value: Duration(30 * time.Second)}
+		}
+		q.Outcome.RetryAfter = q.Outcome.RetryAfter.withDefaults()
+		q.Outcome.Handler = q.Outcome.Handler.withDefaults()
+		as := make([]Arrival, len(q.Arrivals))
+		for j, a := range q.Arrivals {
+			if a.End == 0 {
+				a.End = s.Duration
+			}
+			as[j] = a
+		}
+		q.Arrivals = as
+		qs[i] = q
+	}
+	s.Queues = qs
+	fs := make([]Fault, len(s.Faults))
+	for i, f := range s.Faults {
+		if f.Queue == "" && len(s.Queues) > 0 {
+			f.Queue = qs[0].Name
+		}
+		if f.Restart == 0 {
+			f.Restart = Duration(time.Second)
+		}
+		if f.For == 0 {
+			f.For = Duration(time.Minute)
+		}
+		fs[i] = f
+	}
+	s.Faults = fs
+	return s
+}
+
+func (d Dist) withDefaults() Dist {
+	if d.Dist == "" {
+		d.Dist = DistConstant
+	}
+	return d
+}
+
+// Validate checks s (defaults applied) and returns a *FieldError naming
+// the first field at fault.
+func (s Scenario) Validate() error {
+	s = s.WithDefaults()
+	switch {
+	case s.Duration <= 0:
+		return fieldErr("duration", "must be positive, got %s", s.Duration.D())
+	case s.Drain < 0:
+		return fieldErr("drain", "must not be negative, got %s", s.Drain.D())
+	}
+	if _, err := parseProfile(s.Profile); err != nil {
+		return fieldErr("profile", "%v", err)
+	}
+	top := rabbitmq.Topology{RetryGranularity: s.Topology.RetryGranularity.D(), DeferredGranularity: s.Topology.DeferredGranularity.D()}
+	if s.Topology.RetryGranularity < 0 {
+		return fieldErr("topology.retry_granularity", "must be positive, got %s", s.Topology.RetryGranularity.D())
+	}
+	if s.Topology.DeferredGranularity < 0 {
+		return fieldErr("topology.deferred_granularity", "must be positive, got %s", s.Topology.DeferredGranularity.D())
+	}
+	if len(s.Queues) == 0 {
+		return fieldErr("queues", "at least one queue is needed")
+	}
+	seen := map[string]bool{}
+	for i, q := range s.Queues {
+		p := fmt.Sprintf("queues[%d]", i)
+		if q.Name == "" {
+			return fieldErr(p+".name", "is required")
+		}
+		if err := top.CheckQueueName(q.Name); err != nil {
+			return fieldErr(p+".name", "%v", strings.TrimPrefix(err.Error(), "rabbitmq: "))
+		}
+		if seen[q.Name] {
+			return fieldErr(p+".name", "%q is used twice", q.Name)
+		}
+		seen[q.Name] = true
+		cfg, err := q.config()
+		if err != nil {
+			return fieldErr(p+".type", "%v", err)
+		}
+		if *q.MaxPriority < 0 || *q.MaxPriority > 255 {
+			return fieldErr(p+".max_priority", "must be within 0..255, got %d", *q.MaxPriority)
+		}
+		if q.Retry.Base < 0 {
+			return fieldErr(p+".retry.base", "must not be negative, got %s", q.Retry.Base.D())
+		}
+		if q.Retry.Cap < 0 {
+			return fieldErr(p+".retry.cap", "must not be negative, got %s", q.Retry.Cap.D())
+		}
+		if _, err := parseJitter(q.Retry.Jitter); err != nil {
+			return fieldErr(p+".retry.jitter", "%v", err)
+		}
+		if q.Workers < 0 {
+			return fieldErr(p+".workers", "must not be negative, got %d", q.Workers)
+		}
+		if q.Prefetch < 1 || q.Prefetch > 2000 {
+			return fieldErr(p+".prefetch", "must be within 1..2000, got %d", q.Prefetch)
+		}
+		if err := cfg.Validate(); err != nil {
+			return fieldErr(p+".retry", "%v", strings.TrimPrefix(err.Error(), "queuey: "))
+		}
+		if len(q.Arrivals) == 0 {
+			return fieldErr(p+".arrivals", "at least one arrival process is needed")
+		}
+		for j, a := range q.Arrivals {
+			if err := a.validate(fmt.Sprintf("%s.arrivals[%d]", p, j)); err != nil {
+				return err
+			}
+		}
+		if err := q.Outcome.validate(p + ".outcome"); err != nil {
+			return err
+		}
+	}
+	for i, f := range s.Faults {
+		p := fmt.Sprintf("faults[%d]", i)
+		if f.At < 0 {
+			return fieldErr(p+".at", "must not be negative, got %s", f.At.D())
+		}
+		var q *Queue
+		for k := range s.Queues {
+			if s.Queues[k].Name == f.Queue {
+				q = &s.Queues[k]
+			}
+		}
+		if q == nil {
+			return fieldErr(p+".queue", "no queue is named %q", f.Queue)
+		}
+		switch f.Kind {
+		case FaultCrash, FaultDrop:
+			if f.Worker < 0 || f.Worker >= q.Workers {
+				return fieldErr(p+".worker", "queue %q has workers 0..%d, got %d", q.Name, q.Workers-1, f.Worker)
+			}
+			if f.Restart < 0 {
+				return fieldErr(p+".restart", "must not be negative, got %s", f.Restart.D())
+			}
+		case FaultRefuseHold:
+			if f.TTL <= 0 {
+				return fieldErr(p+".ttl", "must be positive, got %s", f.TTL.D())
+			}
+			if f.For < 0 {
+				return fieldErr(p+".for", "must not be negative, got %s", f.For.D())
+			}
+		case "":
+			return fieldErr(p+".kind", "is required: crash, drop or refuse-hold")
+		default:
+			return fieldErr(p+".kind", "unknown fault %q: want crash, drop or refuse-hold", f.Kind)
+		}
+	}
+	return nil
+}
+
+func (a Arrival) validate(p string) error {
+	if a.Start < 0 {
+		return fieldErr(p+".start", "must not be negative, got %s", a.Start.D())
+	}
+	if a.End < a.Start {
+		return fieldErr(p+".end", "%s is before start %s", a.End.D(), a.Start.D())
+	}
+	switch a.Process {
+	case ArrivalConstant, ArrivalPoisson:
+		if !(a.Rate > 0) || math.IsInf(a.Rate, 0) {
+			return fieldErr(p+".rate", "must be a positive number of jobs per second, got %v", a.Rate)
+		}
+	case ArrivalBurst:
+		if a.Every <= 0 {
+			return fieldErr(p+".every", "must be positive, got %s", a.Every.D())
+		}
+		if a.Size < 1 {
+			return fieldErr(p+".size", "must be at least 1, got %d", a.Size)
+		}
+	case ArrivalReplay:
+		if len(a.Jobs) == 0 {
+			return fieldErr(p+".jobs", "a replay needs at least one job")
+		}
+		for i, j := range a.Jobs {
+			jp := fmt.Sprintf("%s.jobs[%d]", p, i)
+			if j.At < 0 {
+				return fieldErr(jp+".at", "must not be negative, got %s", j.At.D())
+			}
+			if j.RetryAfter < 0 {
+				return fieldErr(jp+".retry_after", "must not be negative, got %s", j.RetryAfter.D())
+			}
+			if j.Handler < 0 {
+				return fieldErr(jp+".handler", "must not be negative, got %s", j.Handler.D())
+			}
+			for k, o := range j.Outcomes {
+				if _, ok := replayOutcomes[o]; !ok {
+					return fieldErr(fmt.Sprintf("%s.outcomes[%d]", jp, k), "unknown outcome %q: want ok, retry, fatal, defer or crash", o)
+				}
+			}
+		}
+	case "":
+		return fieldErr(p+".process", "is required: constant, poisson, burst or replay")
+	default:
+		return fieldErr(p+".process", "unknown process %q: want constant, poisson, burst or replay", a.Process)
+	}
+	return nil
+}
+
+func (o Outcome) validate(p string) error {
+	rates := []struct {
+		name string
+		v    float64
+	}{{"retryable", o.Retryable}, {"fatal", o.Fatal}, {"rate_limited", o.RateLimited}, {"poison", o.Poison}, {"malformed", o.Malformed}}
+	for _, r := range rates {
+		if !(r.v >= 0 && r.v <= 1) {
+			return fieldErr(p+"."+r.name, "must be a fraction within 0..1, got %v", r.v)
+		}
+	}
+	if sum := o.Retryable + o.Fatal + o.RateLimited; sum > 1+1e-9 {
+		return fieldErr(p, "retryable + fatal + rate_limited is %v, over 1", sum)
+	}
+	if o.Correlation != PerAttempt && o.Correlation != PerJob {
+		return fieldErr(p+".correlation", "unknown correlation %q: want attempt or job", o.Correlation)
+	}
+	if err := o.RetryAfter.validate(p + ".retry_after"); err != nil {
+		return err
+	}
+	return o.Handler.validate(p + ".handler")
+}
+
+func (d Dist) validate(p string) error {
+	switch d.Dist {
+	case DistConstant:
+		if d.Value < 0 {
+			return fieldErr(p+".value", "must not be negative, got %s", d.Value.D())
+		}
+	case DistUniform:
+		if d.Min < 0 || d.Max < d.Min {
+			return fieldErr(p, "uniform needs 0 <= min <= max, got min %s max %s", d.Min.D(), d.Max.D())
+		}
+	case DistExponential:
+		if d.Mean <= 0 {
+			return fieldErr(p+".mean", "must be positive, got %s", d.Mean.D())
+		}
+	default:
+		return fieldErr(p+".dist", "unknown distribution %q: want constant, uniform or exponential", d.Dist)
+	}
+	return nil
+}
+
+var replayOutcomes = map[string]struct{}{"ok": {}, "retry": {}, "fatal": {}, "defer": {}, "crash": {}}
+
+func parseProfile(s string) (membroker.Version, error) {
+	switch s {
+	case "RabbitMQ40":
+		return membroker.RabbitMQ40, nil
+	case "RabbitMQ43":
+		return membroker.RabbitMQ43, nil
+	}
+	return 0, fmt.Errorf("unknown profile %q: want RabbitMQ40 or RabbitMQ43", s)
+}
+
+func parseJitter(s string) (queuey.Jitter, error) {
+	switch s {
+	case "full":
+		return queuey.FullJitter, nil
+	case "equal":
+		return queuey.EqualJitter, nil
+	case "none":
+		return queuey.NoJitter, nil
+	}
+	return 0, fmt.Errorf("unknown jitter %q: want full, equal or none", s)
+}
+
+// config is the queue's queuey definition (defaults applied).
+func (q Queue) config() (queuey.QueueConfig, error) {
+	var typ queuey.QueueType
+	switch q.Type {
+	case "classic":
+		typ = queuey.Classic
+	case "quorum":
+		typ = queuey.Quorum
+	default:
+		return queuey.QueueConfig{}, fmt.Errorf("unknown queue type %q: want classic or quorum", q.Type)
+	}
+	j, _ := parseJitter(q.Retry.Jitter)
+	mp := 0
+	if q.MaxPriority != nil {
+		mp = min(max(*q.MaxPriority, 0), 255)
+	}
+	return queuey.QueueConfig{
+		Name: q.Name, Type: typ, Prefetch: q.Prefetch, MaxPriority: new(uint8(mp)),
+		Retry: queuey.RetryPolicy{Base: q.Retry.Base.D(), Cap: q.Retry.Cap.D(), MaxAttempts: q.Retry.MaxAttempts, Jitter: j},
+	}.WithDefaults(), nil
+}

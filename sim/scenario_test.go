@@ -1,0 +1,69 @@
+package sim
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadFileReadsTheExample(t *testing.T) {
+	s, err := LoadFile("testdata/example.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Duration.D() != 10*time.Minute || s.Queues[0].Outcome.RetryAfter.Value.D() != 30*time.Second || len(s.Faults) != 1 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+// TestLoadRefusesBadScenarios: every bad input gets an error naming the
+// field and the problem.
+func TestLoadRefusesBadScenarios(t *testing.T) {
+	q := `"queues":[{"arrivals":[{"process":"constant","rate":1}]}]`
+	for _, c := range []struct{ body, field, problem string }{
+		{`{"duration":"1m",` + q + `,"color":"red"}`, "", `unknown field "color"`},
+		{`{"duration":60,` + q + `}`, "", `want a duration string`},
+		{`{"duration":"1 minute",` + q + `}`, "", `bad duration "1 minute"`},
+		{`{` + q + `}`, "duration", "must be positive"},
+		{`{"duration":"1m"}`, "queues", "at least one queue"},
+		{`{"duration":"1m","profile":"RabbitMQ39",` + q + `}`, "profile", `unknown profile "RabbitMQ39"`},
+		{`{"duration":"1m","topology":{"retry_granularity":"-1s"},` + q + `}`, "topology.retry_granularity", "must be positive"},
+		{`{"duration":"1m","queues":[{"arrivals":[{"process":"constant","rate":-5}]}]}`, "queues[0].arrivals[0].rate", "must be a positive number"},
+		{`{"duration":"1m","queues":[{"arrivals":[{"process":"often"}]}]}`, "queues[0].arrivals[0].process", `unknown process "often"`},
+		{`{"duration":"1m","queues":[{"arrivals":[]}]}`, "queues[0].arrivals", "at least one arrival"},
+		{`{"duration":"1m","queues":[{"type":"stream","arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].type", `unknown queue type "stream"`},
+		{`{"duration":"1m","queues":[{"name":"amq.x","arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].name", "reserved"},
+		{`{"duration":"1m","queues":[{"prefetch":-1,"arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].prefetch", "within 1..2000"},
+		{`{"duration":"1m","queues":[{"outcome":{"retryable":0.8,"fatal":0.3},"arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].outcome", "over 1"},
+		{`{"duration":"1m","queues":[{"outcome":{"fatal":-0.1},"arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].outcome.fatal", "within 0..1"},
+		{`{"duration":"1m","queues":[{"outcome":{"handler":{"dist":"pareto"}},"arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].outcome.handler.dist", `unknown distribution "pareto"`},
+		{`{"duration":"1m","queues":[{"retry":{"base":"1m","cap":"1s"},"arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].retry", "Cap"},
+		{`{"duration":"1m","queues":[{"arrivals":[{"process":"replay","jobs":[{"at":"1s","outcomes":["maybe"]}]}]}]}`, "queues[0].arrivals[0].jobs[0].outcomes[0]", `unknown outcome "maybe"`},
+		{`{"duration":"1m",` + q + `,"faults":[{"at":"1s","kind":"meteor"}]}`, "faults[0].kind", `unknown fault "meteor"`},
+		{`{"duration":"1m",` + q + `,"faults":[{"at":"1s","kind":"crash","worker":9}]}`, "faults[0].worker", "workers 0..3"},
+		{`{"duration":"1m",` + q + `,"faults":[{"at":"1s","kind":"refuse-hold"}]}`, "faults[0].ttl", "must be positive"},
+	} {
+		_, err := Load(strings.NewReader(c.body))
+		if err == nil {
+			t.Errorf("%s: no error", c.body)
+			continue
+		}
+		var fe *FieldError
+		if c.field != "" {
+			if !errors.As(err, &fe) || fe.Field != c.field {
+				t.Errorf("%s: error %q, want one for field %q", c.body, err, c.field)
+				continue
+			}
+		}
+		if !strings.Contains(err.Error(), c.problem) {
+			t.Errorf("%s: error %q does not say %q", c.body, err, c.problem)
+		}
+	}
+}
+
+func TestLoadFileMissing(t *testing.T) {
+	if _, err := LoadFile("testdata/no-such-file.json"); err == nil || !strings.Contains(err.Error(), "no-such-file.json") {
+		t.Fatalf("err = %v", err)
+	}
+}
