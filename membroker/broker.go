@@ -379,7 +379,7 @@ const maxFree = 1024
 // recycle takes back an acknowledged message. Nothing may refer to it
 // afterwards: deliveries hold copies of its body and headers.
 func (b *Broker) recycle(m *message) {
-	if len(b.free) < maxFree && len(m.deaths) == 0 {
+	if len(b.free) < maxFree {
 		b.free = append(b.free, m)
 	}
 }

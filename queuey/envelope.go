@@ -207,6 +207,9 @@ func (e Envelope) validate() error {
 	if reason := checkEnvelopeTime(e.EnqueuedAt); reason != "" {
 		return &EnvelopeError{Field: envelopeKeyEnqueuedAt, Reason: reason}
 	}
+	if len(e.Ext) == 0 {
+		return nil
+	}
 	for _, key := range slices.Sorted(maps.Keys(e.Ext)) {
 		if !utf8.ValidString(key) {
 			return &EnvelopeError{Field: envelopeKeyExt, Reason: fmt.Sprintf("key %q is not valid UTF-8", key)}

@@ -32,7 +32,7 @@ func appendEnvelope(b []byte, e Envelope) []byte {
 	b = append(b, `,"priority":`...)
 	b = strconv.AppendUint(b, uint64(e.Priority), 10)
 	b = append(b, `,"enqueued_at":"`...)
-	b = e.EnqueuedAt.UTC().AppendFormat(b, envelopeTimeLayout)
+	b = appendEnvelopeTime(b, e.EnqueuedAt.UTC())
 	b = append(b, '"')
 	if len(e.Ext) > 0 {
 		b = append(b, `,"ext":{`...)
@@ -170,9 +170,11 @@ func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
 	if !ok || !p.lit(`}`) || p.i != len(body) {
 		return Envelope{}, false
 	}
-	var t time.Time
-	if err := t.UnmarshalText([]byte(ts)); err != nil {
-		return Envelope{}, false
+	t, ok := parseEnvelopeTime(ts)
+	if !ok {
+		if err := t.UnmarshalText([]byte(ts)); err != nil {
+			return Envelope{}, false
+		}
 	}
 	t = t.UTC()
 	if checkEnvelopeTime(t) != "" {
@@ -267,4 +269,74 @@ func scanCanonicalValue(b []byte, i int) int {
 		}
 	}
 	return -1
+}
+
+// appendEnvelopeTime appends t, in UTC with a year within 0000..9999, in
+// envelopeTimeLayout: what t.AppendFormat writes, without its layout
+// interpreter.
+func appendEnvelopeTime(b []byte, t time.Time) []byte {
+	y, mo, d := t.Date()
+	if y < 0 || y > 9999 {
+		return t.AppendFormat(b, envelopeTimeLayout) // unreachable: validate checked the year
+	}
+	h, mi, s := t.Clock()
+	b = appendDigits(b, y, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(mo), 2)
+	b = append(b, '-')
+	b = appendDigits(b, d, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, h, 2)
+	b = append(b, ':')
+	b = appendDigits(b, mi, 2)
+	b = append(b, ':')
+	b = appendDigits(b, s, 2)
+	b = append(b, '.')
+	b = appendDigits(b, t.Nanosecond(), 9)
+	return append(b, 'Z')
+}
+
+func appendDigits(b []byte, v, width int) []byte {
+	var buf [9]byte
+	for i := width - 1; i >= 0; i-- {
+		buf[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return append(b, buf[:width]...)
+}
+
+// parseEnvelopeTime reads a time exactly as appendEnvelopeTime writes it
+// ("2006-01-02T15:04:05.000000000Z"); ok is false for anything else,
+// including dates that do not exist, which the caller then reads with
+// time.Time.UnmarshalText.
+func parseEnvelopeTime(s string) (time.Time, bool) {
+	if len(s) != 30 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' || s[19] != '.' || s[29] != 'Z' {
+		return time.Time{}, false
+	}
+	num := func(from, to int) (int, bool) {
+		n := 0
+		for i := from; i < to; i++ {
+			c := s[i]
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, true
+	}
+	y, ok1 := num(0, 4)
+	mo, ok2 := num(5, 7)
+	d, ok3 := num(8, 10)
+	h, ok4 := num(11, 13)
+	mi, ok5 := num(14, 16)
+	sec, ok6 := num(17, 19)
+	ns, ok7 := num(20, 29)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7) || mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	t := time.Date(y, time.Month(mo), d, h, mi, sec, ns, time.UTC)
+	if t.Day() != d || int(t.Month()) != mo {
+		return time.Time{}, false // a day the month does not have
+	}
+	return t, true
 }

@@ -143,6 +143,9 @@ func (p *Producer) publish(ctx context.Context, args JobArgs, delay time.Duratio
 	if err := p.backend.Publish(ctx, env, delay, HoldDeferred); err != nil {
 		return "", err
 	}
+	if !p.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+		return env.ID, nil // no attributes built for a log nobody reads
+	}
 	p.cfg.Logger.DebugContext(ctx, "queuey: enqueued", slog.String("job_id", env.ID), slog.String("kind", env.Kind),
 		slog.String("queue", queue), slog.Duration("delay", delay), slog.Int("priority", int(priority)))
 	return env.ID, nil

@@ -92,6 +92,10 @@ type Backend struct {
 	// channel so that waiting for it honours ctx.
 	holdLock chan struct{}
 	hold     Channel // guarded by holdLock; nil until the first hold or after a refusal
+	// holdArgs caches each hold queue's declaration arguments, a pure
+	// function of its name; guarded by holdLock. The tables are never
+	// modified: the client library only encodes them.
+	holdArgs map[string]amqp.Table
 
 	tags atomic.Uint64 // consumer tag counter
 
@@ -151,6 +155,7 @@ func New(open func() (Channel, error), opts Options) (*Backend, error) {
 		logger:    logger,
 		pub:       pub,
 		holdLock:  make(chan struct{}, 1),
+		holdArgs:  make(map[string]amqp.Table),
 		declared:  make(map[string]queuey.QueueConfig),
 		consumers: make(map[*consumer]struct{}),
 	}, nil
@@ -341,7 +346,12 @@ func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (str
 		}
 		b.hold = ch
 	}
-	if _, err := b.hold.QueueDeclare(name, true, false, false, false, HoldQueueArgs(queue, ttl)); err != nil {
+	args, ok := b.holdArgs[name]
+	if !ok {
+		args = HoldQueueArgs(queue, ttl)
+		b.holdArgs[name] = args
+	}
+	if _, err := b.hold.QueueDeclare(name, true, false, false, false, args); err != nil {
 		// A refusal has closed the channel; a failure of the connection
 		// has too. Either way the next hold starts on a fresh one.
 		_ = b.hold.Close()
@@ -350,7 +360,9 @@ func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (str
 			"queue", queue, "hold_queue", name, "ttl_ms", ttl, "error", err)
 		return "", fmt.Errorf("rabbitmq: declare hold queue %q of queue %q: %w", name, queue, err)
 	}
-	b.logger.Debug("rabbitmq: declared hold queue", "queue", queue, "hold_queue", name, "ttl_ms", ttl)
+	if b.logger.Enabled(ctx, slog.LevelDebug) { // on every hold: build no attributes in vain
+		b.logger.DebugContext(ctx, "rabbitmq: declared hold queue", "queue", queue, "hold_queue", name, "ttl_ms", ttl)
+	}
 	return name, nil
 }
 

@@ -94,7 +94,8 @@ type Publisher struct {
 	// a channel rather than a sync.Mutex so that a Publish queued behind a
 	// write the broker is holding up (a memory alarm blocks publishers)
 	// still honours its ctx.
-	lock chan struct{}
+	lock    chan struct{}
+	headers amqp.Table // guarded by lock: each publish's headers, reused
 
 	mu      sync.Mutex
 	pending map[uint64]*waiter // by sequence number
@@ -143,6 +144,7 @@ func NewPublisher(ch Channel, logger *slog.Logger) (*Publisher, error) {
 		ch:      ch,
 		logger:  logger,
 		lock:    make(chan struct{}, 1),
+		headers: make(amqp.Table, 4),
 		disp:    make(chan struct{}, 1),
 		pending: make(map[uint64]*waiter),
 		stop:    make(chan struct{}),
@@ -180,9 +182,6 @@ func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	headers := make(amqp.Table, len(msg.Headers)+1)
-	maps.Copy(headers, msg.Headers)
-	msg.Headers = headers
 	w := waiters.Get().(*waiter)
 	w.queue = queue
 
@@ -193,7 +192,14 @@ func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 		return ctx.Err()
 	}
 	seq := p.ch.GetNextPublishSeqNo()
+	// The headers table is the publisher's own, reused under the lock: the
+	// client library encodes it onto the wire (membroker copies it) before
+	// PublishWithContext returns and keeps no reference.
+	headers := p.headers
+	clear(headers)
+	maps.Copy(headers, msg.Headers)
 	headers[PublishIDHeader] = strconv.FormatUint(seq, 10)
+	msg.Headers = headers
 	if err := p.register(seq, w); err != nil {
 		<-p.lock
 		p.recycle(w)

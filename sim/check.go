@@ -329,7 +329,7 @@ func (r *runner) delivered(q *simQueue, ev membroker.Event) {
 		return
 	}
 	e := j.expect[0]
-	j.expect = j.expect[1:]
+	j.expect = popFront(j.expect)
 	now := r.clk.Now()
 	if now.Before(e.notBefore) {
 		r.violate(1, j, fmt.Sprintf("delivered %s before its delay was up", e.notBefore.Sub(now)))
@@ -353,7 +353,7 @@ func (r *runner) checkDelivered(j *job, env queuey.Envelope, d queuey.Delivery) 
 		return
 	}
 	e := j.delivered[0]
-	j.delivered = j.delivered[1:]
+	j.delivered = popFront(j.delivered)
 	if env.Attempt != e.attempt || env.Deferrals != e.deferrals {
 		r.violate(3, j, fmt.Sprintf("delivered as attempt %d with %d deferrals, issued as attempt %d with %d",
 			env.Attempt, env.Deferrals, e.attempt, e.deferrals))
@@ -482,4 +482,13 @@ func (r *runner) auditBrokerDeadLetter(q *simQueue, id string, h amqp.Table) {
 		j.deadWant = nil
 	}
 	r.retire(j)
+}
+
+// popFront removes a slice's first element in place, keeping its capacity
+// for the appends that follow.
+func popFront[T any](s []T) []T {
+	copy(s, s[1:])
+	var zero T
+	s[len(s)-1] = zero
+	return s[:len(s)-1]
 }

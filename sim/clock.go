@@ -45,13 +45,32 @@ type timer struct {
 	at  time.Time
 	seq uint64
 	fn  func()
+	f   firer // instead of fn: scheduling a method needs no closure
 }
+
+// firer is something the simulation schedules without allocating a
+// closure for it.
+type firer interface{ fire() }
 
 func timerBefore(a, b *timer) bool {
 	if !a.at.Equal(b.at) {
 		return a.at.Before(b.at)
 	}
 	return a.seq < b.seq
+}
+
+func (t *timer) run() {
+	if t.fn != nil {
+		t.fn()
+		return
+	}
+	t.f.fire()
+}
+
+// afterFire schedules f.fire to run d from now.
+func (c *Clock) afterFire(d time.Duration, f firer) {
+	c.seq++
+	c.timers.Push(timer{at: c.now.Add(max(d, 0)), seq: c.seq, f: f})
 }
 
 // schedule adds fn to run d from now (at once, on the next Advance or
@@ -70,7 +89,7 @@ func (c *Clock) RunUntil(t time.Time) {
 			c.now = next.at
 		}
 		c.fired++
-		next.fn()
+		next.run()
 	}
 	if t.After(c.now) {
 		c.now = t
@@ -88,7 +107,7 @@ func (c *Clock) Step() bool {
 		c.now = next.at
 	}
 	c.fired++
-	next.fn()
+	next.run()
 	return true
 }
 

@@ -602,8 +602,19 @@ func (r *runner) pump() {
 	}
 }
 
-// simDelivery settles a delivery as the backend's consumer does.
-type simDelivery struct{ d amqp.Delivery }
+// simDelivery is a delivery in a worker's hands: it settles as the
+// backend's consumer does, and carries its handler run's state.
+type simDelivery struct {
+	d   amqp.Delivery
+	r   *runner
+	w   *worker
+	sub *subscription
+	j   *job
+	n   uint64
+	env queuey.Envelope
+	out outcome
+	gen int
+}
 
 func (d *simDelivery) Body() []byte      { return d.d.Body }
 func (d *simDelivery) Priority() uint8   { return d.d.Priority }
@@ -624,7 +635,7 @@ func (r *runner) newDelivery() *simDelivery {
 // by nothing any more.
 func (r *runner) recycle(d queuey.Delivery) {
 	if sd, ok := d.(*simDelivery); ok && len(r.freeDels) < 1024 {
-		sd.d = amqp.Delivery{}
+		*sd = simDelivery{}
 		r.freeDels = append(r.freeDels, sd)
 	}
 }
@@ -664,6 +675,8 @@ func jobNumber(id string) uint64 {
 // --- arrivals ---------------------------------------------------------------
 
 type arrivalState struct {
+	r      *runner
+	q      *simQueue
 	a      Arrival
 	stream uint64
 	k      uint64 // arrivals so far
@@ -700,21 +713,26 @@ func (r *runner) scheduleArrival(q *simQueue, st *arrivalState) {
 	if at >= a.End.D() || at >= r.s.Duration.D() {
 		return
 	}
-	r.clk.AfterFunc(at-r.now(), func() {
-		k := st.k
-		st.k++
-		switch a.Process {
-		case ArrivalBurst:
-			for i := 0; i < a.Size; i++ {
-				r.arrive(q, nil)
-			}
-		case ArrivalReplay:
-			r.arrive(q, &a.Jobs[st.order[k]])
-		default:
+	st.r, st.q = r, q
+	r.clk.afterFire(at-r.now(), st)
+}
+
+// fire is the arrival process's next arrival (or burst).
+func (st *arrivalState) fire() {
+	r, q, a := st.r, st.q, st.a
+	k := st.k
+	st.k++
+	switch a.Process {
+	case ArrivalBurst:
+		for range a.Size {
 			r.arrive(q, nil)
 		}
-		r.scheduleArrival(q, st)
-	})
+	case ArrivalReplay:
+		r.arrive(q, &a.Jobs[st.order[k]])
+	default:
+		r.arrive(q, nil)
+	}
+	r.scheduleArrival(q, st)
 }
 
 // simJob is the payload of every simulated job.
@@ -818,7 +836,7 @@ func (r *runner) outcomeOf(j *job, run int) outcome {
 
 // begin starts handling a delivery: a malformed body is dead-lettered at
 // once; a job's handler runs for its drawn duration.
-func (r *runner) begin(w *worker, sub *subscription, d queuey.Delivery) {
+func (r *runner) begin(w *worker, sub *subscription, d *simDelivery) {
 	q := w.q
 	env, err := queuey.DecodeEnvelope(d.Body())
 	if err != nil {
@@ -836,26 +854,35 @@ func (r *runner) begin(w *worker, sub *subscription, d queuey.Delivery) {
 	sub.held[n]++
 	run := j.runs
 	j.runs++
-	out := r.outcomeOf(j, run)
-	gen := w.gen
-	r.clk.AfterFunc(out.duration, func() {
-		if sub.dead || w.gen != gen {
-			return // the process died with its handlers
-		}
-		if r.jobs[n] != j {
-			// Its connection dropped under it and the broker's redelivery
-			// of it has ended the job since: nothing this handler could
-			// publish or acknowledge would reach the broker.
-			r.emit(Event{Kind: EvSettleFailed, Job: n, Queue: q.spec.Name, Worker: w.idx, Detail: "the job ended while its connection was gone"})
-			return
-		}
-		r.emit(Event{Kind: EvOutcome, Job: n, Queue: q.spec.Name, Worker: w.idx, Attempt: env.Attempt, Deferrals: env.Deferrals, Detail: out.label})
-		if out.crash {
-			r.crash(w, "poison job "+strconv.FormatUint(n, 10))
-			return
-		}
-		r.settle(w, sub, j, env, d, out)
-	})
+	d.r, d.w, d.sub, d.j, d.n, d.env, d.gen = r, w, sub, j, n, env, w.gen
+	d.out = r.outcomeOf(j, run)
+	r.clk.afterFire(d.out.duration, d)
+}
+
+// fire is the end of a delivery's handler run.
+func (d *simDelivery) fire() { d.r.complete(d) }
+
+// complete settles a delivery whose handler has run, unless its worker
+// died meanwhile.
+func (r *runner) complete(d *simDelivery) {
+	w, sub, j, n := d.w, d.sub, d.j, d.n
+	q := w.q
+	if sub.dead || w.gen != d.gen {
+		return // the process died with its handlers
+	}
+	if r.jobs[n] != j {
+		// Its connection dropped under it and the broker's redelivery of
+		// it has ended the job since: nothing this handler could publish
+		// or acknowledge would reach the broker.
+		r.emit(Event{Kind: EvSettleFailed, Job: n, Queue: q.spec.Name, Worker: w.idx, Detail: "the job ended while its connection was gone"})
+		return
+	}
+	r.emit(Event{Kind: EvOutcome, Job: n, Queue: q.spec.Name, Worker: w.idx, Attempt: d.env.Attempt, Deferrals: d.env.Deferrals, Detail: d.out.label})
+	if d.out.crash {
+		r.crash(w, "poison job "+strconv.FormatUint(n, 10))
+		return
+	}
+	r.settle(w, sub, j, d.env, d, d.out)
 }
 
 // settle decides and publishes the successor, then acknowledges: the
@@ -1007,8 +1034,8 @@ func (r *runner) retire(j *job) {
 	if j.ended > 0 && j.copies == 0 && len(j.deadWant) == 0 && len(j.holds) == 0 && len(j.delivered) == 0 {
 		delete(r.jobs, j.n)
 		if len(r.freeJobs) < 1024 {
-			expect, holds := j.expect[:0], j.holds[:0]
-			*j = job{expect: expect, holds: holds}
+			expect, holds, delivered := j.expect[:0], j.holds[:0], j.delivered[:0]
+			*j = job{expect: expect, holds: holds, delivered: delivered}
 			r.freeJobs = append(r.freeJobs, j)
 		}
 	}
