@@ -512,6 +512,14 @@ func erlangFloat(f float64) string {
 // sameArg compares two argument values as rabbit_misc does: integers of any
 // width are one class.
 func sameArg(a, b any) bool {
+	switch x := a.(type) { // the common cases, without reflection
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case bool:
+		y, ok := b.(bool)
+		return ok && x == y
+	}
 	if x, ok := asInteger(a); ok {
 		y, ok := asInteger(b)
 		return ok && x == y

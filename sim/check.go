@@ -217,7 +217,7 @@ func (r *runner) enqueued(qr queueRole, ev membroker.Event) {
 		if c.dec.Action == queuey.ActionDefer {
 			kind = queuey.HoldDeferred
 		}
-		j.holds = append(j.holds, pendingHold{queue: ev.Queue, at: r.clk.Now(), ttl: c.ttl, delay: c.dec.Delay, kind: kind})
+		j.holds = append(j.holds, pendingHold{queue: ev.Queue, at: r.now(), ttl: c.ttl, delay: c.dec.Delay, kind: kind})
 		j.copies++
 		r.emit(Event{Kind: EvHold, Job: j.n, Queue: ev.Queue, Worker: -1, Attempt: c.dec.Successor.Attempt,
 			Deferrals: c.dec.Successor.Deferrals, Priority: ev.Priority, Delay: c.dec.Delay, TTL: c.ttl})
@@ -263,7 +263,7 @@ const deliveryLimit = 20
 // released checks a hold's release into the work queue (invariant 2) and
 // notes when a deferral is back.
 func (r *runner) released(q *simQueue, j *job, ev membroker.Event) {
-	now := r.clk.Now()
+	now := r.now()
 	k := -1
 	for i, h := range j.holds {
 		if h.queue == ev.DeadLetteredFrom {
@@ -278,17 +278,17 @@ func (r *runner) released(q *simQueue, j *job, ev membroker.Event) {
 	h := j.holds[k]
 	j.holds = append(j.holds[:k], j.holds[k+1:]...)
 	j.fresh++
-	due := h.at.Add(h.ttl)
-	late := now.Sub(due)
+	due := h.at + h.ttl
+	late := now - due
 	r.emit(Event{Kind: EvRelease, Job: j.n, Queue: q.spec.Name, Worker: -1, Priority: ev.Priority, Delay: h.delay, TTL: h.ttl,
 		Detail: ev.DeadLetteredFrom, Late: late})
-	r.res.AddedWait.Add(now.Sub(h.at.Add(h.delay)))
+	r.res.AddedWait.Add(now - (h.at + h.delay))
 	if late < 0 || late > expiryResolution {
 		r.violate(2, j, fmt.Sprintf("held in %s at %s for %s, released %s after it was due", ev.DeadLetteredFrom,
-			appendVirtual(nil, h.at.Sub(Start)), h.ttl, late))
+			appendVirtual(nil, h.at), h.ttl, late))
 	}
 	for i := range j.expect {
-		if j.expect[i].released.IsZero() {
+		if j.expect[i].released == 0 {
 			j.expect[i].released = now
 			break
 		}
@@ -330,18 +330,18 @@ func (r *runner) delivered(q *simQueue, ev membroker.Event) {
 	}
 	e := j.expect[0]
 	j.expect = popFront(j.expect)
-	now := r.clk.Now()
-	if now.Before(e.notBefore) {
-		r.violate(1, j, fmt.Sprintf("delivered %s before its delay was up", e.notBefore.Sub(now)))
+	now := r.now()
+	if now < e.notBefore {
+		r.violate(1, j, fmt.Sprintf("delivered %s before its delay was up", e.notBefore-now))
 	}
 	if ev.Priority != e.priority {
 		r.violate(4, j, fmt.Sprintf("delivered at priority %d, want %d (a deferral's priority lasts one round)", ev.Priority, e.priority))
 	}
 	switch {
-	case e.deferred && !e.released.IsZero():
-		r.res.DeferredWait.Add(now.Sub(e.released))
+	case e.deferred && e.released != 0:
+		r.res.DeferredWait.Add(now - e.released)
 	case e.attempt == 1 && e.deferrals == 0:
-		r.res.BacklogWait.Add(now.Sub(j.enqueued))
+		r.res.BacklogWait.Add(now - j.enqueued)
 	}
 	j.delivered = append(j.delivered, e)
 }

@@ -28,7 +28,8 @@ import (
 // and WithTimeout are cancelled at the virtual deadline but do not report
 // it from Deadline.
 type Clock struct {
-	now    time.Time
+	start  time.Time
+	now    time.Duration // since start: integers compare faster than time.Time
 	seq    uint64
 	timers minheap.Heap[timer]
 	fired  uint64
@@ -36,13 +37,13 @@ type Clock struct {
 
 // NewClock returns a clock standing at start.
 func NewClock(start time.Time) *Clock {
-	return &Clock{now: start, timers: minheap.Heap[timer]{Less: timerBefore}}
+	return &Clock{start: start, timers: minheap.Heap[timer]{Less: timerBefore}}
 }
 
 var _ clock.Clock = (*Clock)(nil)
 
 type timer struct {
-	at  time.Time
+	at  time.Duration // since the clock's start
 	seq uint64
 	fn  func()
 	f   firer // instead of fn: scheduling a method needs no closure
@@ -53,8 +54,8 @@ type timer struct {
 type firer interface{ fire() }
 
 func timerBefore(a, b *timer) bool {
-	if !a.at.Equal(b.at) {
-		return a.at.Before(b.at)
+	if a.at != b.at {
+		return a.at < b.at
 	}
 	return a.seq < b.seq
 }
@@ -70,29 +71,30 @@ func (t *timer) run() {
 // afterFire schedules f.fire to run d from now.
 func (c *Clock) afterFire(d time.Duration, f firer) {
 	c.seq++
-	c.timers.Push(timer{at: c.now.Add(max(d, 0)), seq: c.seq, f: f})
+	c.timers.Push(timer{at: c.now + max(d, 0), seq: c.seq, f: f})
 }
 
 // schedule adds fn to run d from now (at once, on the next Advance or
 // RunUntil, when d <= 0).
 func (c *Clock) schedule(d time.Duration, fn func()) {
 	c.seq++
-	c.timers.Push(timer{at: c.now.Add(max(d, 0)), seq: c.seq, fn: fn})
+	c.timers.Push(timer{at: c.now + max(d, 0), seq: c.seq, fn: fn})
 }
 
 // RunUntil moves time to t, firing every timer due by then in order, each
 // at its own deadline. Time never moves backwards.
 func (c *Clock) RunUntil(t time.Time) {
-	for c.timers.Len() > 0 && !c.timers.Min().at.After(t) {
+	until := t.Sub(c.start)
+	for c.timers.Len() > 0 && c.timers.Min().at <= until {
 		next := c.timers.Pop()
-		if next.at.After(c.now) {
+		if next.at > c.now {
 			c.now = next.at
 		}
 		c.fired++
 		next.run()
 	}
-	if t.After(c.now) {
-		c.now = t
+	if until > c.now {
+		c.now = until
 	}
 }
 
@@ -103,7 +105,7 @@ func (c *Clock) Step() bool {
 		return false
 	}
 	next := c.timers.Pop()
-	if next.at.After(c.now) {
+	if next.at > c.now {
 		c.now = next.at
 	}
 	c.fired++
@@ -112,14 +114,14 @@ func (c *Clock) Step() bool {
 }
 
 // Advance moves time forward by d; see RunUntil.
-func (c *Clock) Advance(d time.Duration) { c.RunUntil(c.now.Add(d)) }
+func (c *Clock) Advance(d time.Duration) { c.RunUntil(c.Now().Add(d)) }
 
 // Next reports the deadline of the earliest pending timer.
 func (c *Clock) Next() (time.Time, bool) {
 	if c.timers.Len() == 0 {
 		return time.Time{}, false
 	}
-	return c.timers.Min().at, true
+	return c.start.Add(c.timers.Min().at), true
 }
 
 // Pending counts the timers not yet fired; Fired counts those fired.
@@ -127,13 +129,16 @@ func (c *Clock) Pending() int  { return c.timers.Len() }
 func (c *Clock) Fired() uint64 { return c.fired }
 
 // Now implements clock.Clock.
-func (c *Clock) Now() time.Time { return c.now }
+func (c *Clock) Now() time.Time { return c.start.Add(c.now) }
+
+// Elapsed is the virtual time since the clock's start.
+func (c *Clock) Elapsed() time.Duration { return c.now }
 
 // Since implements clock.Clock.
-func (c *Clock) Since(t time.Time) time.Duration { return c.now.Sub(t) }
+func (c *Clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 // Until implements clock.Clock.
-func (c *Clock) Until(t time.Time) time.Duration { return t.Sub(c.now) }
+func (c *Clock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 
 // AfterFunc implements clock.Clock. It returns nil: simulation timers
 // cannot be stopped.
@@ -146,7 +151,7 @@ func (c *Clock) AfterFunc(d time.Duration, f func()) *clock.Timer {
 // the deadline (it is buffered, so firing never blocks).
 func (c *Clock) After(d time.Duration) <-chan time.Time {
 	ch := make(chan time.Time, 1)
-	c.schedule(d, func() { ch <- c.now })
+	c.schedule(d, func() { ch <- c.Now() })
 	return ch
 }
 
@@ -169,7 +174,7 @@ func (c *Clock) Ticker(d time.Duration) *clock.Ticker {
 	var tick func()
 	tick = func() {
 		select {
-		case ch <- c.now:
+		case ch <- c.Now():
 		default:
 		}
 		c.schedule(d, tick)
@@ -188,11 +193,11 @@ func (c *Clock) Sleep(time.Duration) {
 // virtual time reaches d.
 func (c *Clock) WithDeadline(parent context.Context, d time.Time) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(parent)
-	c.schedule(d.Sub(c.now), cancel)
+	c.schedule(d.Sub(c.Now()), cancel)
 	return ctx, cancel
 }
 
 // WithTimeout implements clock.Clock.
 func (c *Clock) WithTimeout(parent context.Context, t time.Duration) (context.Context, context.CancelFunc) {
-	return c.WithDeadline(parent, c.now.Add(t))
+	return c.WithDeadline(parent, c.Now().Add(t))
 }

@@ -217,7 +217,7 @@ type settling struct {
 	j      *job
 	dec    queuey.Decision
 	ttl    time.Duration // the hold's rounded TTL
-	issued time.Time
+	issued time.Duration
 }
 
 // simQueue is a work queue of the scenario with its workers.
@@ -302,22 +302,22 @@ type job struct {
 	// the worker has yet to decode.
 	delivered []expectation
 	hist      []Event // the job's latest events, for excerpts
-	enqueued  time.Time
+	enqueued  time.Duration
 }
 
 // expectation is a successor the job should next be delivered as.
 type expectation struct {
 	attempt, deferrals int
 	priority           uint8
-	notBefore          time.Time
+	notBefore          time.Duration
 	deferred           bool
-	released           time.Time // when it reached the work queue
+	released           time.Duration // when it reached the work queue; 0 until then (a hold is never 0 long)
 }
 
 // pendingHold is a copy of the job waiting in a hold or wait queue.
 type pendingHold struct {
 	queue string
-	at    time.Time
+	at    time.Duration
 	ttl   time.Duration
 	delay time.Duration
 	kind  queuey.HoldKind
@@ -646,7 +646,7 @@ func (r *runner) failf(format string, args ...any) {
 	}
 }
 
-func (r *runner) now() time.Duration { return r.clk.Now().Sub(Start) }
+func (r *runner) now() time.Duration { return r.clk.Elapsed() }
 
 // emit records an event in the trace.
 func (r *runner) emit(e Event) {
@@ -759,13 +759,13 @@ func (r *runner) arrive(q *simQueue, rj *ReplayJob) {
 		return
 	}
 	j := r.newJob()
-	j.n, j.q, j.replay, j.state, j.enqueued = n, q, rj, "arriving", r.clk.Now()
+	j.n, j.q, j.replay, j.state, j.enqueued = n, q, rj, "arriving", r.now()
 	j.poison = rj == nil && r.draw(n, 0, streamPoison) < q.spec.Outcome.Poison
 	if j.poison {
 		r.res.Jobs.Poison++
 	}
 	r.jobs[n] = j
-	j.expect = append(j.expect, expectation{attempt: 1, notBefore: r.clk.Now()})
+	j.expect = append(j.expect, expectation{attempt: 1, notBefore: r.now()})
 	r.emit(Event{Kind: EvArrive, Job: n, Queue: q.spec.Name, Worker: -1})
 	if _, err := r.producer.Enqueue(r.ctx, simJob{queue: q.spec.Name, N: n}); err != nil {
 		r.failf("enqueue job %d: %v", n, err)
@@ -891,7 +891,7 @@ func (r *runner) settle(w *worker, sub *subscription, j *job, env queuey.Envelop
 	q := w.q
 	dec := queuey.Decide(env, out.result, q.cfg, r.draw(j.n, uint64(j.runs), streamJitter))
 	r.checkDecision(j, env, out, dec)
-	cur := settling{j: j, dec: dec, issued: r.clk.Now()}
+	cur := settling{j: j, dec: dec, issued: r.now()}
 	switch dec.Action {
 	case queuey.ActionRetry:
 		ttl, _ := r.top.RetryTTL(dec.Delay)
@@ -915,7 +915,7 @@ func (r *runner) settle(w *worker, sub *subscription, j *job, env queuey.Envelop
 	case queuey.ActionRetry, queuey.ActionDefer:
 		j.expect = append(j.expect, expectation{
 			attempt: dec.Successor.Attempt, deferrals: dec.Successor.Deferrals, priority: dec.Successor.Priority,
-			notBefore: cur.issued.Add(dec.Delay), deferred: dec.Action == queuey.ActionDefer,
+			notBefore: cur.issued + dec.Delay, deferred: dec.Action == queuey.ActionDefer,
 		})
 		if dec.Action == queuey.ActionRetry {
 			j.failures++
@@ -984,18 +984,25 @@ func (r *runner) requeueLater(w *worker, sub *subscription, j *job, d queuey.Del
 		if sub.dead {
 			return
 		}
+		// basic.reject with requeue counts toward a quorum queue's
+		// delivery limit on both profiles (as a return on 4.0, as a failed
+		// delivery on 4.3; a nack would not on 4.3). Counted before the
+		// call, in which the broker may dead-letter it.
+		if j != nil {
+			j.returns++
+		}
 		if err := d.Requeue(); err != nil {
+			if j != nil {
+				j.returns--
+			}
 			return // the channel is gone: the broker requeued it already
 		}
 		sub.inHand--
-		r.recycle(d)
 		if j != nil {
 			sub.release(j.n)
-			if r.s.Profile == "RabbitMQ40" {
-				j.returns++
-			}
 			r.emit(Event{Kind: EvRequeue, Job: j.n, Queue: w.q.spec.Name, Worker: w.idx})
 		}
+		r.recycle(d)
 	})
 }
 

@@ -295,3 +295,27 @@ func TestDeferralComesBackAheadOfTheBacklog(t *testing.T) {
 		t.Fatalf("deferred wait %+v, backlog wait %+v", res.DeferredWait.Summary(), res.BacklogWait.Summary())
 	}
 }
+
+// TestRefusedHoldsCountTowardTheQuorumDeliveryLimit: each refused hold
+// returns the job with basic.reject, which a quorum queue counts (as a
+// return on 4.0, a failed delivery on 4.3), so a hold refused for long
+// enough ends in the dead-letter queue for delivery_limit after 21
+// deliveries, and the checker's count of returns agrees with the broker's.
+func TestRefusedHoldsCountTowardTheQuorumDeliveryLimit(t *testing.T) {
+	for _, profile := range []string{"RabbitMQ40", "RabbitMQ43"} {
+		t.Run(profile, func(t *testing.T) {
+			s := Scenario{
+				Duration: dur(time.Minute), Drain: dur(time.Minute), Profile: profile,
+				Queues: []Queue{{Type: "quorum", Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{
+					{At: dur(time.Second), Outcomes: []string{"defer"}, RetryAfter: dur(7 * time.Second)},
+				}}}}},
+				Faults: []Fault{{At: 0, Kind: FaultRefuseHold, TTL: dur(7 * time.Second), For: dur(time.Minute)}},
+			}
+			res, trace := run(t, s, Options{})
+			requireNoViolations(t, res)
+			if res.DeadByReason["delivery_limit"] != 1 || strings.Count(trace, "deliver job=1 ") != 21 {
+				t.Fatalf("dead letters %v after %d deliveries", res.DeadByReason, strings.Count(trace, "deliver job=1 "))
+			}
+		})
+	}
+}
