@@ -79,6 +79,7 @@ func (v Violation) String() string {
 
 func (r *runner) violate(inv int, j *job, detail string) {
 	r.res.ViolationCount++
+	r.res.ViolationsByInvariant[inv]++
 	var n uint64
 	if j != nil {
 		n = j.n
@@ -282,7 +283,13 @@ func (r *runner) released(q *simQueue, j *job, ev membroker.Event) {
 	late := now - due
 	r.emit(Event{Kind: EvRelease, Job: j.n, Queue: q.spec.Name, Worker: -1, Priority: ev.Priority, Delay: h.delay, TTL: h.ttl,
 		Detail: ev.DeadLetteredFrom, Late: late})
-	r.res.AddedWait.Add(now - (h.at + h.delay))
+	added := now - (h.at + h.delay)
+	r.res.AddedWait.Add(added)
+	if h.kind == queuey.HoldDeferred {
+		r.res.DeferredAddedWait.Add(added)
+	} else {
+		r.res.RetryAddedWait.Add(added)
+	}
 	if late < 0 || late > expiryResolution {
 		r.violate(2, j, fmt.Sprintf("held in %s at %s for %s, released %s after it was due", ev.DeadLetteredFrom,
 			appendVirtual(nil, h.at), h.ttl, late))

@@ -28,21 +28,30 @@ type Result struct {
 
 	// AddedWait is each hold's release time minus the delay asked for: what
 	// rounding to the granularity (and the broker's expiry) added.
-	AddedWait Histogram `json:"added_wait"`
+	// RetryAddedWait counts retries' holds only (rounded to the retry
+	// granularity), DeferredAddedWait deferrals' (the deferred granularity).
+	AddedWait         Histogram `json:"added_wait"`
+	RetryAddedWait    Histogram `json:"retry_added_wait"`
+	DeferredAddedWait Histogram `json:"deferred_added_wait"`
 	// DeferredWait is a deferred job's time from its release into the work
 	// queue to its delivery; BacklogWait a new job's time from enqueue to
 	// its first delivery.
 	DeferredWait Histogram `json:"deferred_wait"`
 	BacklogWait  Histogram `json:"backlog_wait"`
 
-	HoldQueuesPeak        int     `json:"hold_queues_peak"`
-	HoldQueuesMean        float64 `json:"hold_queues_mean"` // time-weighted
-	HoldQueuesCreated     int     `json:"hold_queues_created"`
-	HoldDeclarations      int     `json:"hold_declarations"` // queue.declare calls for holds
+	HoldQueuesPeak    int     `json:"hold_queues_peak"`
+	HoldQueuesMean    float64 `json:"hold_queues_mean"` // time-weighted
+	HoldQueuesCreated int     `json:"hold_queues_created"`
+	// HoldDeclarations counts queue.declare calls for hold queues: the
+	// backend declares one before every hold, so this is holds per second
+	// whatever the granularity; HoldQueuesCreated is what granularity
+	// changes. Zero for a Legacy run, which declares no hold queues.
+	HoldDeclarations      int     `json:"hold_declarations"`
 	DeclarationsPerSecond float64 `json:"declarations_per_second"`
 
-	ViolationCount int         `json:"violation_count"`
-	Violations     []Violation `json:"violations"` // the first Options.MaxViolations
+	ViolationCount        int         `json:"violation_count"`
+	ViolationsByInvariant map[int]int `json:"violations_by_invariant"` // all of them, by invariant number
+	Violations            []Violation `json:"violations"`              // the first Options.MaxViolations
 
 	holdsNow  int
 	holdSince time.Duration
@@ -62,7 +71,7 @@ type JobCounts struct {
 }
 
 func newResult(s Scenario) *Result {
-	return &Result{Scenario: s, DeadByReason: map[string]int{}, InFlight: map[string]int{}}
+	return &Result{Scenario: s, DeadByReason: map[string]int{}, InFlight: map[string]int{}, ViolationsByInvariant: map[int]int{}}
 }
 
 // finish closes the books: in-flight jobs by location, conservation

@@ -226,6 +226,13 @@ func TestNegativeControlLegacyTopology(t *testing.T) {
 	if !found {
 		t.Fatalf("invariant 2 was not reported for the short wait stuck behind the long one: %v", res.Violations)
 	}
+	if res.ViolationsByInvariant[2] != res.ViolationCount || res.HoldDeclarations != 0 {
+		t.Fatalf("by invariant %v of %d; %d hold declarations in a legacy run", res.ViolationsByInvariant, res.ViolationCount, res.HoldDeclarations)
+	}
+	quiet, _ := run(t, s, Options{NoExcerpts: true})
+	if quiet.ViolationCount != res.ViolationCount || len(quiet.Violations[0].Excerpt) != 0 || quiet.TraceHash != res.TraceHash {
+		t.Fatalf("NoExcerpts: %d violations, excerpt %q", quiet.ViolationCount, quiet.Violations[0].Excerpt)
+	}
 }
 
 // TestChecksHaveTeeth breaks queuey on purpose, one way at a time, and

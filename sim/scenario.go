@@ -319,6 +319,9 @@ func (s Scenario) WithDefaults() Scenario {
 		if q.Retry.Jitter == "" {
 			q.Retry.Jitter = "full"
 		}
+		// queuey's own defaults, written out so a report shows them.
+		def := queuey.RetryPolicy{Base: q.Retry.Base.D(), Cap: q.Retry.Cap.D(), MaxAttempts: q.Retry.MaxAttempts}.WithDefaults()
+		q.Retry.Base, q.Retry.Cap, q.Retry.MaxAttempts = Duration(def.Base), Duration(def.Cap), def.MaxAttempts
 		if q.Outcome.Correlation == "" {
 			q.Outcome.Correlation = PerAttempt
 		}
@@ -427,8 +430,14 @@ func (s Scenario) Validate() error {
 			return fieldErr(p+".arrivals", "at least one arrival process is needed")
 		}
 		for j, a := range q.Arrivals {
-			if err := a.validate(fmt.Sprintf("%s.arrivals[%d]", p, j)); err != nil {
+			ap := fmt.Sprintf("%s.arrivals[%d]", p, j)
+			if err := a.validate(ap); err != nil {
 				return err
+			}
+			for k, rj := range a.Jobs {
+				if rj.At >= s.Duration {
+					return fieldErr(fmt.Sprintf("%s.jobs[%d].at", ap, k), "%s is not before the scenario's duration %s: it would never arrive", rj.At.D(), s.Duration.D())
+				}
 			}
 		}
 		if err := q.Outcome.validate(p + ".outcome"); err != nil {

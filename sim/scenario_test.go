@@ -67,3 +67,18 @@ func TestLoadFileMissing(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestReplayArrivalAfterTheDurationIsRefused(t *testing.T) {
+	_, err := Load(strings.NewReader(`{"duration":"1m","queues":[{"arrivals":[{"process":"replay","jobs":[{"at":"10s"},{"at":"2m"}]}]}]}`))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "queues[0].arrivals[0].jobs[1].at" || !strings.Contains(fe.Problem, "never arrive") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestWithDefaultsWritesOutTheRetryPolicy(t *testing.T) {
+	s := Scenario{Duration: Duration(time.Minute), Queues: []Queue{{Arrivals: []Arrival{{Process: ArrivalConstant, Rate: 1}}}}}.WithDefaults()
+	if r := s.Queues[0].Retry; r.Base.D() != time.Second || r.Cap.D() != 5*time.Minute || r.MaxAttempts != 10 || r.Jitter != "full" {
+		t.Fatalf("retry defaults: %+v", r)
+	}
+}
