@@ -1,0 +1,300 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/queuey/queuey/sim"
+)
+
+// legacyInvariant is the invariant the legacy topology is expected to
+// break: never stuck behind a longer wait.
+const legacyInvariant = 2
+
+// report is what the command prints, in every format. It holds nothing
+// that depends on the wall clock or the machine, so the same flags give
+// the same report byte for byte.
+type report struct {
+	Scenario            string         `json:"scenario"`
+	Source              string         `json:"source"`
+	Seed                uint64         `json:"seed"`
+	Duration            sim.Duration   `json:"duration"`
+	Drain               sim.Duration   `json:"drain"`
+	Profile             string         `json:"profile"`
+	DeferredGranularity sim.Duration   `json:"deferred_granularity"`
+	Queues              []queueInfo    `json:"queues"`
+	Budget              int            `json:"budget"`
+	Rows                []rowReport    `json:"rows"`
+	Recommendation      recommendation `json:"recommendation"`
+}
+
+// queueInfo describes one work queue of the scenario.
+type queueInfo struct {
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	Workers  int    `json:"workers"`
+	Prefetch int    `json:"prefetch"`
+}
+
+// rowReport is one granularity's (or the legacy topology's) figures.
+// Durations are in nanoseconds, as in sim.Summary.
+type rowReport struct {
+	Label                 string       `json:"label"`
+	Granularity           sim.Duration `json:"granularity"`
+	GranularityNS         int64        `json:"granularity_ns"`
+	Legacy                bool         `json:"legacy"`
+	HoldQueuesPeak        int          `json:"hold_queues_peak"`
+	HoldQueuesMean        float64      `json:"hold_queues_mean"`
+	HoldQueuesCreated     int          `json:"hold_queues_created"`
+	HoldDeclarations      int          `json:"hold_declarations"`
+	DeclarationsPerSecond float64      `json:"declarations_per_second"`
+	// AddedWait is what rounding (and, on the legacy row, head-of-line
+	// blocking) added to retries' holds, over the delay asked for;
+	// DeferredAddedWait the same for deferrals, which round to the
+	// scenario's deferred granularity.
+	AddedWait         sim.Summary    `json:"added_wait"`
+	DeferredAddedWait sim.Summary    `json:"deferred_added_wait"`
+	DeferredWait      sim.Summary    `json:"deferred_wait"`
+	BacklogWait       sim.Summary    `json:"backlog_wait"`
+	Jobs              sim.JobCounts  `json:"jobs"`
+	DeadByReason      map[string]int `json:"dead_by_reason"`
+	Deferrals         int            `json:"deferrals"`
+	Violations        int            `json:"violations"`
+	// ViolationsByInvariant counts the violations by invariant number.
+	ViolationsByInvariant map[string]int `json:"violations_by_invariant"`
+	// ExpectedViolations are the legacy row's invariant-2 violations: its
+	// head-of-line blocking, the point of the comparison.
+	ExpectedViolations int    `json:"expected_violations"`
+	TraceHash          string `json:"trace_hash"`
+}
+
+// recommendation is the smallest granularity within the budget.
+type recommendation struct {
+	Found       bool         `json:"found"`
+	Granularity sim.Duration `json:"granularity,omitzero"`
+	Peak        int          `json:"hold_queues_peak"`
+	AddedWait   sim.Summary  `json:"added_wait"`
+	Text        string       `json:"text"`
+}
+
+// newReport gathers the rows' figures and the recommendation.
+func newReport(p *plan, budget int, rows []row) *report {
+	b := p.base
+	rep := &report{
+		Scenario: b.Name, Source: p.source, Seed: p.seed, Duration: b.Duration, Drain: b.Drain,
+		Profile: b.Profile, DeferredGranularity: b.Topology.DeferredGranularity, Budget: budget,
+	}
+	for _, q := range b.Queues {
+		rep.Queues = append(rep.Queues, queueInfo{Name: q.Name, Type: q.Type, Workers: q.Workers, Prefetch: q.Prefetch})
+	}
+	for _, r := range rows {
+		rep.Rows = append(rep.Rows, newRowReport(r))
+	}
+	rep.Recommendation = recommend(rep.Rows, budget)
+	return rep
+}
+
+func newRowReport(r row) rowReport {
+	res := r.res
+	rr := rowReport{
+		Label: r.label(), Granularity: sim.Duration(r.granularity), GranularityNS: int64(r.granularity), Legacy: r.legacy,
+		HoldQueuesPeak: res.HoldQueuesPeak, HoldQueuesMean: res.HoldQueuesMean, HoldQueuesCreated: res.HoldQueuesCreated,
+		HoldDeclarations: res.HoldDeclarations, DeclarationsPerSecond: res.DeclarationsPerSecond,
+		AddedWait: res.RetryAddedWait.Summary(), DeferredAddedWait: res.DeferredAddedWait.Summary(), DeferredWait: res.DeferredWait.Summary(), BacklogWait: res.BacklogWait.Summary(),
+		Jobs: res.Jobs, DeadByReason: res.DeadByReason, Deferrals: res.Deferrals,
+		Violations: res.ViolationCount, ViolationsByInvariant: map[string]int{}, TraceHash: res.TraceHash,
+	}
+	for inv, n := range r.byInvariant {
+		rr.ViolationsByInvariant[strconv.Itoa(inv)] = n
+	}
+	if r.legacy {
+		rr.ExpectedViolations = r.byInvariant[legacyInvariant]
+	}
+	return rr
+}
+
+// unexpected is how many of the row's violations are not the legacy
+// topology's expected ones.
+func (rr rowReport) unexpected() int { return rr.Violations - rr.ExpectedViolations }
+
+// recommend picks the smallest granularity whose peak hold queues stay at
+// or under budget. rows are in ascending granularity order, legacy last.
+func recommend(rows []rowReport, budget int) recommendation {
+	fewest := -1
+	for i, r := range rows {
+		if r.Legacy {
+			continue
+		}
+		if r.HoldQueuesPeak <= budget {
+			s := r.AddedWait
+			return recommendation{
+				Found: true, Granularity: r.Granularity, Peak: r.HoldQueuesPeak, AddedWait: s,
+				Text: fmt.Sprintf("retry granularity %s: the smallest whose peak hold queues (%d) stay within the budget of %d; "+
+					"its rounding adds p50 %s, p99 %s, max %s of wait to each hold",
+					r.Label, r.HoldQueuesPeak, budget, fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.Max)),
+			}
+		}
+		if fewest < 0 || r.HoldQueuesPeak < rows[fewest].HoldQueuesPeak {
+			fewest = i
+		}
+	}
+	if fewest < 0 {
+		return recommendation{Text: "none: no granularity was simulated"}
+	}
+	return recommendation{Text: fmt.Sprintf("none: no granularity keeps peak hold queues within the budget of %d "+
+		"(the fewest, %d, at %s); raise --budget or add coarser granularities", budget, rows[fewest].HoldQueuesPeak, rows[fewest].Label)}
+}
+
+// writeReport writes rep to w in format.
+func writeReport(w io.Writer, format string, rep *report) error {
+	switch format {
+	case formatJSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	case formatCSV:
+		return writeCSV(w, rep)
+	}
+	return writeTable(w, rep)
+}
+
+// writeTable writes the aligned table with its header, legend and
+// recommendation.
+func writeTable(w io.Writer, rep *report) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "queuey-sim: %s (%s)\n", rep.Scenario, rep.Source)
+	fmt.Fprintf(&b, "seed %d; %s of arrivals, then %s of drain (virtual time); profile %s; deferred granularity %s\n",
+		rep.Seed, fmtGranularity(rep.Duration.D()), fmtGranularity(rep.Drain.D()), rep.Profile, fmtGranularity(rep.DeferredGranularity.D()))
+	for _, q := range rep.Queues {
+		fmt.Fprintf(&b, "queue %s: %s, %d workers at prefetch %d\n", q.Name, q.Type, q.Workers, q.Prefetch)
+	}
+	b.WriteString("\n")
+	t := newTable()
+	legacy := false
+	for _, r := range rep.Rows {
+		t.add(tableRow(r))
+		legacy = legacy || r.Legacy
+	}
+	t.render(&b)
+	b.WriteString("\n")
+	b.WriteString(legend)
+	if legacy {
+		b.WriteString(legacyNote)
+	}
+	fmt.Fprintf(&b, "\nrecommendation: %s\n", rep.Recommendation.Text)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+const legend = `hold queues: how many exist at once, peak and time-weighted mean.
+declarations per second: hold-queue declarations on the broker per virtual second (the
+  backend declares before every hold, so this follows the holds, not the granularity).
+added wait: a retry's hold, its release minus the delay asked for (the rounding up to the granularity).
+deferred wait: a released deferral's time from its release to its delivery;
+backlog wait: a new job's time from enqueue to its first delivery (both p50 and p99).
+invariant violations must be 0.
+`
+
+const legacyNote = `legacy: the old topology, one shared wait queue with a per-message expiration. RabbitMQ
+  expires only the queue's head, so a short wait queued behind a longer one is released late:
+  its added wait includes that head-of-line blocking, and the "expected" violations of
+  invariant 2 (never stuck behind a longer wait) are the point of the comparison.
+`
+
+// tableRow formats one row's cells.
+func tableRow(r rowReport) []string {
+	viol := strconv.Itoa(r.Violations)
+	if r.Legacy && r.Violations > 0 {
+		viol = fmt.Sprintf("%d expected (inv. 2)", r.ExpectedViolations)
+		if n := r.unexpected(); n > 0 {
+			viol += fmt.Sprintf(" + %d other", n)
+		}
+	}
+	return []string{
+		r.Label,
+		strconv.Itoa(r.HoldQueuesPeak), strconv.FormatFloat(r.HoldQueuesMean, 'f', 1, 64),
+		fmtRate(r.DeclarationsPerSecond),
+		fmtDur(r.AddedWait.P50), fmtDur(r.AddedWait.P99), fmtDur(r.AddedWait.Max),
+		fmtDur(r.DeferredWait.P50), fmtDur(r.DeferredWait.P99),
+		fmtDur(r.BacklogWait.P50), fmtDur(r.BacklogWait.P99),
+		strconv.Itoa(r.Jobs.DeadLettered), viol,
+	}
+}
+
+// newTable returns the sweep table's columns and their group headers.
+func newTable() *table {
+	return &table{
+		heads: []string{"granularity", "peak", "mean", "per second", "p50", "p99", "max", "p50", "p99", "p50", "p99", "dead-lettered", "violations"},
+		groups: []group{
+			{"retry", 0, 1}, {"hold queues", 1, 3}, {"declarations", 3, 4}, {"added wait", 4, 7},
+			{"deferred wait", 7, 9}, {"backlog wait", 9, 11}, {"jobs", 11, 12}, {"invariant", 12, 13},
+		},
+		leftCols: map[int]bool{0: true, 12: true},
+	}
+}
+
+// writeCSV writes one line per row, durations in milliseconds.
+func writeCSV(w io.Writer, rep *report) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write([]string{
+		"scenario", "seed", "granularity", "granularity_ms", "legacy",
+		"hold_queues_peak", "hold_queues_mean", "declarations_per_second",
+		"added_wait_p50_ms", "added_wait_p99_ms", "added_wait_max_ms",
+		"deferred_wait_p50_ms", "deferred_wait_p99_ms", "backlog_wait_p50_ms", "backlog_wait_p99_ms",
+		"dead_lettered", "violations", "expected_violations", "trace_hash",
+	}); err != nil {
+		return err
+	}
+	for _, r := range rep.Rows {
+		rec := []string{
+			rep.Scenario, strconv.FormatUint(rep.Seed, 10), r.Label, ms(time.Duration(r.GranularityNS)), strconv.FormatBool(r.Legacy),
+			strconv.Itoa(r.HoldQueuesPeak), fmtFloat(r.HoldQueuesMean), fmtFloat(r.DeclarationsPerSecond),
+			ms(r.AddedWait.P50), ms(r.AddedWait.P99), ms(r.AddedWait.Max),
+			ms(r.DeferredWait.P50), ms(r.DeferredWait.P99), ms(r.BacklogWait.P50), ms(r.BacklogWait.P99),
+			strconv.Itoa(r.Jobs.DeadLettered), strconv.Itoa(r.Violations), strconv.Itoa(r.ExpectedViolations), r.TraceHash,
+		}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func ms(d time.Duration) string { return fmtFloat(float64(d) / float64(time.Millisecond)) }
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// reportViolations writes the unexpected violations (all but the legacy
+// row's invariant-2 ones) to w, up to three per row, and returns how many
+// there are in all.
+func reportViolations(w io.Writer, rows []row) int {
+	total := 0
+	for _, r := range rows {
+		rr := newRowReport(r)
+		n := rr.unexpected()
+		if n == 0 {
+			continue
+		}
+		total += n
+		fmt.Fprintf(w, "queuey-sim: %s: %d invariant violations:\n", r.label(), n)
+		shown := 0
+		for _, v := range r.res.Violations {
+			if r.legacy && v.Invariant == legacyInvariant {
+				continue
+			}
+			if shown == 3 {
+				fmt.Fprintf(w, "  ...\n")
+				break
+			}
+			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(v.String(), "\n", "\n  "))
+			shown++
+		}
+	}
+	return total
+}
