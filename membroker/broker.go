@@ -136,7 +136,6 @@ type event struct {
 	seq  uint64
 	kind int
 	q    *queue
-	gen  uint64
 }
 
 // eventBefore orders the virtual-time heap by (deadline, insertion).
@@ -147,9 +146,9 @@ func eventBefore(a, b *event) bool {
 	return a.seq < b.seq
 }
 
-func (b *Broker) schedule(at time.Time, kind int, q *queue, gen uint64) {
+func (b *Broker) schedule(at time.Time, kind int, q *queue) {
 	b.eventSeq++
-	b.events.Push(event{at: at, seq: b.eventSeq, kind: kind, q: q, gen: gen})
+	b.events.Push(event{at: at, seq: b.eventSeq, kind: kind, q: q})
 }
 
 // advance processes every event due at or before now, each at its own
@@ -180,7 +179,14 @@ func (b *Broker) advance(now time.Time) {
 			}
 			b.run(q)
 		case evQueueExpiry:
-			if ev.gen == q.leaseGen && q.consumerCount() == 0 {
+			q.leaseArmed = false
+			switch {
+			case q.leaseDue.IsZero():
+				// Suspended by a consumer; renewLease arms it again.
+			case q.leaseDue.After(ev.at):
+				q.leaseArmed = true // renewed since: wait for the new deadline
+				b.schedule(q.leaseDue, evQueueExpiry, q)
+			case q.consumerCount() == 0:
 				b.deleteQueue(q, "expired")
 			}
 		}
@@ -259,16 +265,21 @@ func (b *Broker) armHeadExpiry(q *queue) {
 		return
 	}
 	q.ttlArmed = at
-	b.schedule(at, evHeadExpiry, q, 0)
+	b.schedule(at, evHeadExpiry, q)
 }
 
 // renewLease restarts q's x-expires period from now, if it has one and no
 // consumers.
 func (b *Broker) renewLease(q *queue) {
 	q.lastActive = b.now
-	q.leaseGen++
-	if q.cfg.hasExpires && q.consumerCount() == 0 {
-		b.schedule(b.now.Add(time.Duration(q.cfg.expires)*time.Millisecond), evQueueExpiry, q, q.leaseGen)
+	if !q.cfg.hasExpires || q.consumerCount() > 0 {
+		q.leaseDue = time.Time{}
+		return
+	}
+	q.leaseDue = b.now.Add(time.Duration(q.cfg.expires) * time.Millisecond)
+	if !q.leaseArmed {
+		q.leaseArmed = true
+		b.schedule(q.leaseDue, evQueueExpiry, q)
 	}
 }
 
@@ -327,7 +338,7 @@ func (b *Broker) dropExpired(q *queue) {
 		return
 	}
 	q.ttlArmed = at
-	b.schedule(at, evHeadExpiry, q, 0)
+	b.schedule(at, evHeadExpiry, q)
 }
 
 // newMessage builds the stored form of a publishing, reusing an acknowledged

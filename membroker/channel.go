@@ -544,7 +544,7 @@ func (ch *Channel) Consume(queue, consumerTag string, autoAck, exclusive, noLoca
 	q.consumers = append(q.consumers, c)
 	q.nconsumers++
 	q.hadConsumer = true
-	q.leaseGen++ // a queue with consumers does not expire
+	q.suspendLease() // a queue with consumers does not expire
 	ch.consumers = append(ch.consumers, c)
 	b.serve(q)
 	return c.deliveries, nil

@@ -115,7 +115,14 @@ type queue struct {
 	hadConsumer bool
 
 	ttlArmed   time.Time // deadline of the pending head-expiry event, zero if none
-	leaseGen   uint64    // invalidates x-expires events when the lease is renewed
+	// x-expires: leaseDue is when the queue expires if nothing renews it,
+	// zero while it cannot (it has consumers, or no x-expires); leaseArmed
+	// says an expiry event is pending. Renewing only moves leaseDue: the
+	// pending event, when it fires early, re-arms itself at leaseDue, so a
+	// hold queue declared before every publish costs one event per lease
+	// period, not one per declaration.
+	leaseDue   time.Time
+	leaseArmed bool
 	lastActive time.Time
 }
 
@@ -327,3 +334,7 @@ func deleteFirst(s []*consumer, c *consumer) []*consumer {
 	}
 	return s
 }
+
+// suspendLease stops q's x-expires period: a queue with consumers does not
+// expire. renewLease starts it again.
+func (q *queue) suspendLease() { q.leaseDue = time.Time{} }
