@@ -10,7 +10,8 @@ import (
 // sizing is the sizing workload: a queue receiving 100 jobs a
 // second, 30% of runs failing retryably (exponential backoff with full
 // jitter, 5-minute cap), 5% answered with a 30-second Retry-After, four
-// workers at prefetch 10, handlers taking 20 ms on average.
+// workers at prefetch 10, handlers taking 250 ms on average (the workers
+// run at about 95% of capacity, so backlogs form).
 func sizing(d time.Duration) Scenario {
 	return Scenario{
 		Name: "sizing", Duration: Duration(d),
@@ -21,7 +22,7 @@ func sizing(d time.Duration) Scenario {
 			Outcome: Outcome{
 				Retryable: 0.30, RateLimited: 0.05,
 				RetryAfter: Dist{Dist: DistConstant, Value: Duration(30 * time.Second)},
-				Handler:    Dist{Dist: DistExponential, Mean: Duration(20 * time.Millisecond)},
+				Handler:    Dist{Dist: DistExponential, Mean: Duration(250 * time.Millisecond)},
 			},
 		}},
 	}

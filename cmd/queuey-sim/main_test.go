@@ -296,7 +296,7 @@ func TestDefaultScenario(t *testing.T) {
 			Outcome: sim.Outcome{
 				Retryable: 0.30, RateLimited: 0.05,
 				RetryAfter: sim.Dist{Dist: sim.DistConstant, Value: d(30 * time.Second)},
-				Handler:    sim.Dist{Dist: sim.DistExponential, Mean: d(20 * time.Millisecond)},
+				Handler:    sim.Dist{Dist: sim.DistExponential, Mean: d(250 * time.Millisecond)},
 			},
 		}},
 	}
