@@ -761,9 +761,9 @@ func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
 	if len(m.deaths) == 0 && !quorumCount {
 		return copyTable(m.pub.Headers)
 	}
-	h := make(amqp.Table, len(m.pub.Headers)+9) // room for the death and count headers
-	for k, v := range m.pub.Headers {
-		h[k] = copyValue(v)
+	h := copyTable(m.pub.Headers)
+	if h == nil {
+		h = amqp.Table{}
 	}
 	if len(m.deaths) > 0 {
 		deathHeaders(h, m)

@@ -14,26 +14,6 @@ type death struct {
 	time                    time.Time
 	routingKeys             []string
 	originalExpiration      string
-	v                       deathValues
-}
-
-// deathValues are a death's header values, boxed once when it is recorded
-// rather than on every delivery: they never change (count aside), and a
-// string or time.Time put in an interface costs an allocation each time.
-type deathValues struct {
-	queue, reason, exchange, time, originalExpiration any
-	routingKeys                                       []any
-}
-
-func (d *death) box() {
-	d.v = deathValues{queue: d.queue, reason: d.reason, exchange: d.exchange, time: d.time}
-	if d.originalExpiration != "" {
-		d.v.originalExpiration = d.originalExpiration
-	}
-	d.v.routingKeys = make([]any, len(d.routingKeys))
-	for i, k := range d.routingKeys {
-		d.v.routingKeys[i] = k
-	}
 }
 
 // deadLetter removes m from q's custody for reason ("expired", "rejected",
@@ -71,13 +51,11 @@ func (b *Broker) deadLetter(q *queue, m *message, reason string) {
 			time: time.Unix(b.now.Unix(), 0), routingKeys: keys,
 			originalExpiration: m.pub.Expiration,
 		}
-		d.box()
 		m.deaths = append(m.deaths, death{})
 		copy(m.deaths[1:], m.deaths)
 		m.deaths[0] = d
 	}
 	this := &death{queue: q.name, reason: reason, exchange: m.exchange}
-	this.v = deathValues{queue: this.queue, reason: this.reason, exchange: this.exchange}
 	if m.first == nil {
 		m.first = this
 	}
@@ -153,25 +131,29 @@ func closesCycle(deaths []death, target string) bool {
 // for a message the broker has dead-lettered.
 func deathHeaders(h amqp.Table, m *message) {
 	xd := make([]any, len(m.deaths))
-	for i := range m.deaths {
-		d := &m.deaths[i]
-		e := make(amqp.Table, 7)
-		e["count"] = d.count
-		e["reason"] = d.v.reason
-		e["queue"] = d.v.queue
-		e["time"] = d.v.time
-		e["exchange"] = d.v.exchange
-		e["routing-keys"] = append([]any(nil), d.v.routingKeys...) // the client's own slice
-		if d.v.originalExpiration != nil {
-			e["original-expiration"] = d.v.originalExpiration
+	for i, d := range m.deaths {
+		keys := make([]any, len(d.routingKeys))
+		for j, k := range d.routingKeys {
+			keys[j] = k
+		}
+		e := amqp.Table{
+			"count":        d.count,
+			"reason":       d.reason,
+			"queue":        d.queue,
+			"time":         d.time,
+			"exchange":     d.exchange,
+			"routing-keys": keys,
+		}
+		if d.originalExpiration != "" {
+			e["original-expiration"] = d.originalExpiration
 		}
 		xd[i] = e
 	}
 	h["x-death"] = xd
-	h["x-first-death-reason"] = m.first.v.reason
-	h["x-first-death-queue"] = m.first.v.queue
-	h["x-first-death-exchange"] = m.first.v.exchange
-	h["x-last-death-reason"] = m.last.v.reason
-	h["x-last-death-queue"] = m.last.v.queue
-	h["x-last-death-exchange"] = m.last.v.exchange
+	h["x-first-death-reason"] = m.first.reason
+	h["x-first-death-queue"] = m.first.queue
+	h["x-first-death-exchange"] = m.first.exchange
+	h["x-last-death-reason"] = m.last.reason
+	h["x-last-death-queue"] = m.last.queue
+	h["x-last-death-exchange"] = m.last.exchange
 }
