@@ -78,6 +78,10 @@ type Broker struct {
 	deadLetters   []deadLetterInFlight
 	fired         func() // the timer callback, allocated once
 	observer      func(Event)
+
+	boxed     map[string]any // see box
+	lastTime  time.Time      // see boxTime
+	lastTimeV any
 }
 
 // New returns a broker with no queues and no connections.

@@ -766,7 +766,7 @@ func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
 		h = amqp.Table{}
 	}
 	if len(m.deaths) > 0 {
-		deathHeaders(h, m)
+		b.deathHeaders(h, m)
 	}
 	if quorumCount {
 		if b.version == RabbitMQ40 {

@@ -129,19 +129,19 @@ func closesCycle(deaths []death, target string) bool {
 
 // deathHeaders adds the x-death, x-first-death-* and x-last-death-* headers
 // for a message the broker has dead-lettered.
-func deathHeaders(h amqp.Table, m *message) {
+func (b *Broker) deathHeaders(h amqp.Table, m *message) {
 	xd := make([]any, len(m.deaths))
 	for i, d := range m.deaths {
 		keys := make([]any, len(d.routingKeys))
 		for j, k := range d.routingKeys {
-			keys[j] = k
+			keys[j] = b.box(k)
 		}
 		e := amqp.Table{
 			"count":        d.count,
-			"reason":       d.reason,
-			"queue":        d.queue,
-			"time":         d.time,
-			"exchange":     d.exchange,
+			"reason":       b.box(d.reason),
+			"queue":        b.box(d.queue),
+			"time":         b.boxTime(d.time),
+			"exchange":     b.box(d.exchange),
 			"routing-keys": keys,
 		}
 		if d.originalExpiration != "" {
@@ -150,10 +150,41 @@ func deathHeaders(h amqp.Table, m *message) {
 		xd[i] = e
 	}
 	h["x-death"] = xd
-	h["x-first-death-reason"] = m.first.reason
-	h["x-first-death-queue"] = m.first.queue
-	h["x-first-death-exchange"] = m.first.exchange
-	h["x-last-death-reason"] = m.last.reason
-	h["x-last-death-queue"] = m.last.queue
-	h["x-last-death-exchange"] = m.last.exchange
+	h["x-first-death-reason"] = b.box(m.first.reason)
+	h["x-first-death-queue"] = b.box(m.first.queue)
+	h["x-first-death-exchange"] = b.box(m.first.exchange)
+	h["x-last-death-reason"] = b.box(m.last.reason)
+	h["x-last-death-queue"] = b.box(m.last.queue)
+	h["x-last-death-exchange"] = b.box(m.last.exchange)
+}
+
+// maxBoxed bounds the cache of boxed header strings.
+const maxBoxed = 4096
+
+// box returns s in an interface, reusing one made before for the same
+// string: death headers repeat a few queue names and reasons on every
+// delivery of a dead-lettered message, and putting a string in an
+// interface allocates. Strings are immutable, so sharing is invisible.
+func (b *Broker) box(s string) any {
+	if v, ok := b.boxed[s]; ok {
+		return v
+	}
+	var v any = s
+	if len(b.boxed) < maxBoxed {
+		if b.boxed == nil {
+			b.boxed = make(map[string]any)
+		}
+		b.boxed[s] = v
+	}
+	return v
+}
+
+// boxTime is box for a death's time, which is whole seconds: consecutive
+// deaths mostly share one.
+func (b *Broker) boxTime(t time.Time) any {
+	if b.lastTime.Equal(t) && b.lastTime.Location() == t.Location() && b.lastTimeV != nil {
+		return b.lastTimeV
+	}
+	b.lastTime, b.lastTimeV = t, t
+	return b.lastTimeV
 }
