@@ -108,6 +108,9 @@ type queueRole struct {
 
 // classify says what a queue name is to the simulation.
 func (r *runner) classify(name string) queueRole {
+	if qr, ok := r.holdNames[name]; ok {
+		return qr
+	}
 	if q, ok := r.byName[name]; ok {
 		switch name {
 		case q.spec.Name:
@@ -130,7 +133,11 @@ func (r *runner) classify(name string) queueRole {
 		return queueRole{}
 	}
 	if q, ok := r.byName[base]; ok && q.spec.Name == base {
-		return queueRole{q, roleHold}
+		qr := queueRole{q, roleHold}
+		if len(r.holdNames) < 1<<16 {
+			r.holdNames[name] = qr
+		}
+		return qr
 	}
 	return queueRole{}
 }

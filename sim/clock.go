@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
-
-	"github.com/queuey/queuey/internal/minheap"
 )
 
 // Clock is virtual time for a simulation: a clock.Clock whose timers fire
@@ -31,13 +29,13 @@ type Clock struct {
 	start  time.Time
 	now    time.Duration // since start: integers compare faster than time.Time
 	seq    uint64
-	timers minheap.Heap[timer]
+	timers timerHeap
 	fired  uint64
 }
 
 // NewClock returns a clock standing at start.
 func NewClock(start time.Time) *Clock {
-	return &Clock{start: start, timers: minheap.Heap[timer]{Less: timerBefore}}
+	return &Clock{start: start}
 }
 
 var _ clock.Clock = (*Clock)(nil)
@@ -58,6 +56,55 @@ func timerBefore(a, b *timer) bool {
 		return a.at < b.at
 	}
 	return a.seq < b.seq
+}
+
+// timerHeap is a binary min-heap of timers by (deadline, sequence). It is
+// internal/minheap written out for timer, so that the comparisons inline:
+// the clock pushes and pops a few million timers per simulated day.
+type timerHeap struct{ items []timer }
+
+func (h *timerHeap) Len() int    { return len(h.items) }
+func (h *timerHeap) Min() *timer { return &h.items[0] }
+
+func (h *timerHeap) Push(t timer) {
+	h.items = append(h.items, t)
+	items := h.items
+	i := len(items) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !timerBefore(&items[i], &items[p]) {
+			break
+		}
+		items[i], items[p] = items[p], items[i]
+		i = p
+	}
+}
+
+func (h *timerHeap) Pop() timer {
+	items := h.items
+	top := items[0]
+	n := len(items) - 1
+	items[0] = items[n]
+	items[n] = timer{}
+	items = items[:n]
+	h.items = items
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && timerBefore(&items[r], &items[l]) {
+			m = r
+		}
+		if !timerBefore(&items[m], &items[i]) {
+			break
+		}
+		items[i], items[m] = items[m], items[i]
+		i = m
+	}
+	return top
 }
 
 func (t *timer) run() {

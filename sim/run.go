@@ -188,8 +188,9 @@ type runner struct {
 	end    time.Time // arrivals stop
 	stop   time.Time // the run stops
 
-	queues []*simQueue
-	byName map[string]*simQueue // work, hold, wait and dead queue names
+	queues    []*simQueue
+	byName    map[string]*simQueue // work, wait and dead queue names
+	holdNames map[string]queueRole // hold queue names seen, classified
 
 	producerConn *membroker.Connection
 	producerBack *rabbitmq.Backend
@@ -339,13 +340,14 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	version, _ := parseProfile(s.Profile)
 	r := &runner{
 		ctx: ctx, s: s, opts: opts,
-		clk:    NewClock(Start),
-		top:    rabbitmq.Topology{RetryGranularity: s.Topology.RetryGranularity.D(), DeferredGranularity: s.Topology.DeferredGranularity.D()}.WithDefaults(),
-		byName: map[string]*simQueue{},
-		jobs:   map[uint64]*job{},
-		subs:   map[string]*subscription{},
-		rec:    newRecorder(opts.Trace),
-		res:    newResult(s),
+		clk:       NewClock(Start),
+		top:       rabbitmq.Topology{RetryGranularity: s.Topology.RetryGranularity.D(), DeferredGranularity: s.Topology.DeferredGranularity.D()}.WithDefaults(),
+		byName:    map[string]*simQueue{},
+		holdNames: map[string]queueRole{},
+		jobs:      map[uint64]*job{},
+		subs:      map[string]*subscription{},
+		rec:       newRecorder(opts.Trace),
+		res:       newResult(s),
 	}
 	r.end = Start.Add(s.Duration.D())
 	r.stop = r.end.Add(s.Drain.D())
