@@ -149,7 +149,7 @@ func (r *runner) observe(ev membroker.Event) {
 	q := qr.q
 	switch ev.Kind {
 	case membroker.EventQueueCreated:
-		if qr.role == roleHold {
+		if qr.role == roleHold && !r.squatted[ev.Queue] {
 			r.holdsChanged(q, +1)
 			r.emit(Event{Kind: EvHoldCreated, Queue: ev.Queue, Worker: -1})
 			if q.holds > q.holdBound {
@@ -157,14 +157,15 @@ func (r *runner) observe(ev membroker.Event) {
 			}
 		}
 	case membroker.EventQueueDeleted:
-		switch qr.role {
-		case roleHold:
+		switch {
+		case r.squatted[ev.Queue]:
+		case qr.role == roleHold:
 			r.holdsChanged(q, -1)
 			r.emit(Event{Kind: EvHoldExpired, Queue: ev.Queue, Worker: -1, Detail: ev.Reason})
 			if ev.Messages > 0 {
 				r.violate(6, nil, fmt.Sprintf("hold queue %s went (%s) with %d messages in it", ev.Queue, ev.Reason, ev.Messages))
 			}
-		case roleWork, roleDead, roleWait:
+		case qr.role == roleWork || qr.role == roleDead || qr.role == roleWait:
 			r.failf("queue %s deleted (%s)", ev.Queue, ev.Reason)
 		}
 	case membroker.EventEnqueued:

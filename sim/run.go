@@ -179,7 +179,11 @@ func (x *excerpter) excerpt(v Violation) []string {
 
 // runner is one simulation.
 type runner struct {
-	ctx    context.Context
+	ctx context.Context // ends the run; checked between steps
+	// bg is the context of every broker call: membroker never blocks, and
+	// a call failing because ctx ended would change the trace rather than
+	// stop the run.
+	bg     context.Context
 	s      Scenario
 	opts   Options
 	clk    *Clock
@@ -191,6 +195,7 @@ type runner struct {
 	queues    []*simQueue
 	byName    map[string]*simQueue // work, wait and dead queue names
 	holdNames map[string]queueRole // hold queue names seen, classified
+	squatted  map[string]bool      // hold queue names a refuse-hold fault holds
 
 	producerConn *membroker.Connection
 	producerBack *rabbitmq.Backend
@@ -339,11 +344,12 @@ type deadWant struct {
 func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	version, _ := parseProfile(s.Profile)
 	r := &runner{
-		ctx: ctx, s: s, opts: opts,
+		ctx: ctx, bg: context.Background(), s: s, opts: opts,
 		clk:       NewClock(Start),
 		top:       rabbitmq.Topology{RetryGranularity: s.Topology.RetryGranularity.D(), DeferredGranularity: s.Topology.DeferredGranularity.D()}.WithDefaults(),
 		byName:    map[string]*simQueue{},
 		holdNames: map[string]queueRole{},
+		squatted:  map[string]bool{},
 		jobs:      map[uint64]*job{},
 		subs:      map[string]*subscription{},
 		rec:       newRecorder(opts.Trace),
@@ -494,7 +500,7 @@ func (r *runner) startWorker(w *worker) error {
 	}
 	// The worker's backend has declared nothing; it learns the queue as a
 	// worker process does, by declaring it (an equivalent redeclaration).
-	if err := w.rb.Declare(r.ctx, w.q.cfg); err != nil {
+	if err := w.rb.Declare(r.bg, w.q.cfg); err != nil {
 		return fmt.Errorf("sim: worker declare: %w", err)
 	}
 	w.back = w.rb
@@ -542,9 +548,22 @@ func (r *runner) stopWorker(w *worker) {
 	_ = w.back.Close()
 }
 
+// ErrLivelock is wrapped by Run's error when virtual time stops moving:
+// 131,072 events at one instant. The scenario, not the simulator, is at
+// fault: a job deferred for 0 on every run by a handler that takes no time
+// has no next instant.
+var ErrLivelock = errors.New("sim: livelock")
+
+// maxStepsAtOneInstant is how many events may fire without virtual time
+// moving before Run gives up: a job deferred for 0 by a handler that takes
+// no time would otherwise spin at one instant for ever.
+const maxStepsAtOneInstant = 1 << 17
+
 // loop fires events in virtual-time order until the run's end.
 func (r *runner) loop() error {
 	total := r.stop.Sub(Start)
+	var lastAt time.Duration
+	still := 0
 	for r.fatal == nil {
 		at, ok := r.clk.Next()
 		if !ok || at.After(r.stop) {
@@ -553,17 +572,26 @@ func (r *runner) loop() error {
 		r.clk.Step()
 		r.pump()
 		r.steps++
-		if r.steps&0xffff == 0 {
+		if now := r.clk.Elapsed(); now != lastAt {
+			lastAt, still = now, 0
+		} else if still++; still > maxStepsAtOneInstant {
+			return fmt.Errorf("%w: %d events fired at virtual time %s without time moving (a handler that takes no time deferring for 0?)",
+				ErrLivelock, still, appendVirtual(nil, now))
+		}
+		if r.steps&0x3ff == 0 {
 			if err := r.ctx.Err(); err != nil {
 				return err
 			}
-			if r.opts.Progress != nil {
+			if r.opts.Progress != nil && r.steps&0xffff == 0 {
 				r.opts.Progress(r.clk.Now().Sub(Start), total)
 			}
 		}
 	}
 	if r.fatal != nil {
 		return r.fatal
+	}
+	if err := r.ctx.Err(); err != nil {
+		return err
 	}
 	if r.clk.Now().Before(r.stop) {
 		r.clk.RunUntil(r.stop)
@@ -775,7 +803,7 @@ func (r *runner) arrive(q *simQueue, rj *ReplayJob) {
 	r.jobs[n] = j
 	j.expect = append(j.expect, expectation{attempt: 1, notBefore: r.now()})
 	r.emit(Event{Kind: EvArrive, Job: n, Queue: q.spec.Name, Worker: -1})
-	if _, err := r.producer.Enqueue(r.ctx, simJob{queue: q.spec.Name, N: n}); err != nil {
+	if _, err := r.producer.Enqueue(r.bg, simJob{queue: q.spec.Name, N: n}); err != nil {
 		r.failf("enqueue job %d: %v", n, err)
 	}
 }
@@ -911,20 +939,28 @@ func (r *runner) settle(w *worker, sub *subscription, j *job, env queuey.Envelop
 	if cur.ttl > 0 && !r.s.Legacy {
 		r.res.HoldDeclarations++ // the backend declares the hold queue before every hold
 	}
+	held := dec.Action == queuey.ActionRetry || dec.Action == queuey.ActionDefer
+	if held {
+		// Expected before the publish: a successor with no delay goes
+		// straight to the work queue and may be delivered during the call.
+		j.expect = append(j.expect, expectation{
+			attempt: dec.Successor.Attempt, deferrals: dec.Successor.Deferrals, priority: dec.Successor.Priority,
+			notBefore: cur.issued + dec.Delay, deferred: dec.Action == queuey.ActionDefer,
+		})
+	}
 	r.cur, r.curSet = cur, true
 	err := r.publishSuccessor(sub, q, dec)
 	r.cur, r.curSet = settling{}, false
 	if err != nil {
-		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: q.spec.Name, Worker: w.idx, Detail: oneLine(err)})
+		if held {
+			j.expect = j.expect[:len(j.expect)-1]
+		}
+		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: q.spec.Name, Worker: w.idx, Detail: settleFailure(err)})
 		r.requeueLater(w, sub, j, d)
 		return
 	}
 	switch dec.Action {
 	case queuey.ActionRetry, queuey.ActionDefer:
-		j.expect = append(j.expect, expectation{
-			attempt: dec.Successor.Attempt, deferrals: dec.Successor.Deferrals, priority: dec.Successor.Priority,
-			notBefore: cur.issued + dec.Delay, deferred: dec.Action == queuey.ActionDefer,
-		})
 		if dec.Action == queuey.ActionRetry {
 			j.failures++
 		} else {
@@ -935,13 +971,14 @@ func (r *runner) settle(w *worker, sub *subscription, j *job, env queuey.Envelop
 		r.end1(j, "dead-lettered", dec.Reason)
 	}
 	if err := d.Ack(); err != nil {
-		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: q.spec.Name, Worker: w.idx, Detail: "ack: " + oneLine(err)})
+		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: q.spec.Name, Worker: w.idx, Detail: "ack: " + settleFailure(err)})
 		return
 	}
 	sub.inHand--
 	sub.release(j.n)
 	r.recycle(d)
 	j.copies--
+	j.returns = 0 // a successor is a new message, whose delivery count starts at 0
 	r.emit(Event{Kind: EvAck, Job: j.n, Queue: q.spec.Name, Worker: w.idx})
 	if dec.Action == queuey.ActionAck {
 		r.end1(j, "succeeded", "")
@@ -964,15 +1001,15 @@ func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec queuey.Dec
 	case m == mutWrongReason && dec.Action == queuey.ActionDeadLetter:
 		dec.Reason = "a reason nobody decided"
 	}
-	return queuey.PublishSuccessor(r.ctx, sub.back, q.cfg, dec)
+	return queuey.PublishSuccessor(r.bg, sub.back, q.cfg, dec)
 }
 
 // settleMalformed dead-letters a body that is not an envelope, verbatim,
 // and acknowledges it; the consumer keeps consuming.
 func (r *runner) settleMalformed(w *worker, sub *subscription, d queuey.Delivery) {
 	q := w.q
-	if err := queuey.PublishMalformed(r.ctx, sub.back, q.cfg, d.Body()); err != nil {
-		r.emit(Event{Kind: EvSettleFailed, Queue: q.spec.Name, Worker: w.idx, Detail: "malformed: " + oneLine(err)})
+	if err := queuey.PublishMalformed(r.bg, sub.back, q.cfg, d.Body()); err != nil {
+		r.emit(Event{Kind: EvSettleFailed, Queue: q.spec.Name, Worker: w.idx, Detail: "malformed: " + settleFailure(err)})
 		r.requeueLater(w, sub, nil, d)
 		return
 	}
@@ -1142,6 +1179,7 @@ func (r *runner) refuseHold(q *simQueue, name string, ttl int64, until time.Time
 		r.clk.AfterFunc(time.Second, func() { r.refuseHold(q, name, ttl, until) })
 		return
 	}
+	r.squatted[name] = true // not one of queuey's hold queues: invariant 7 does not count it
 	if _, err := r.admin.QueueDeclare(name, true, false, false, false, amqp.Table{
 		"x-queue-type": "classic", "x-message-ttl": ttl,
 		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q.spec.Name,
@@ -1155,17 +1193,29 @@ func (r *runner) refuseHold(q *simQueue, name string, ttl int64, until time.Time
 			r.failf("removing the squatter %s: %v", name, err)
 			return
 		}
+		delete(r.squatted, name)
 		r.emit(Event{Kind: EvRefuse, Queue: name, Worker: -1, Detail: "off"})
 	})
 }
 
-// oneLine shortens an error for the trace.
-func oneLine(err error) string {
-	s := err.Error()
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
+// settleFailure describes a failed broker call for the trace. Only what
+// the broker decided synchronously goes in: a refusal's code and text. A
+// call failing because its connection is gone says only that, since the
+// backend's error text then depends on whether its publisher's watcher
+// goroutine has seen the close yet.
+func settleFailure(err error) string {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+		s := ae.Error()
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			s = s[:i]
+		}
+		return "refused: " + s
 	}
-	return s
+	if errors.Is(err, rabbitmq.ErrReturned) {
+		return "returned: the queue does not exist"
+	}
+	return "the connection is gone"
 }
 
 func (r *runner) close() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -324,5 +325,46 @@ func TestRefusedHoldsCountTowardTheQuorumDeliveryLimit(t *testing.T) {
 				t.Fatalf("dead letters %v after %d deliveries", res.DeadByReason, strings.Count(trace, "deliver job=1 "))
 			}
 		})
+	}
+}
+
+// TestLivelockIsAnError: a job deferred for 0 on every run by a handler
+// that takes no time has no next instant; Run says so instead of spinning.
+func TestLivelockIsAnError(t *testing.T) {
+	s := Scenario{Duration: dur(time.Second), Queues: []Queue{{Workers: 1, Prefetch: 1,
+		Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{{Outcomes: []string{"defer"}}}}},
+		Outcome:  Outcome{RetryAfter: Dist{Dist: DistConstant}}}}}
+	if _, err := Run(context.Background(), s, Options{}); !errors.Is(err, ErrLivelock) {
+		t.Fatalf("err = %v, want ErrLivelock", err)
+	}
+}
+
+// TestCancelledRunReturnsTheContextsError: a run whose context ends
+// returns its error, never a result computed with broker calls failing
+// for the cancellation.
+func TestCancelledRunReturnsTheContextsError(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	_, err := Run(ctx, sizing(time.Hour), Options{Progress: func(done, total time.Duration) {
+		if calls++; calls == 2 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+}
+
+// TestZeroDelaySuccessorDeliveredDuringItsPublish: a deferral for 0 goes
+// straight to the work queue and, with a worker free, is delivered inside
+// the publish; the checker must already expect it.
+func TestZeroDelaySuccessorDeliveredDuringItsPublish(t *testing.T) {
+	s := Scenario{Duration: dur(time.Second), Drain: dur(time.Second), Queues: []Queue{{Workers: 1, Prefetch: 2,
+		Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{{Outcomes: []string{"defer", "ok"}}}}},
+		Outcome:  Outcome{RetryAfter: Dist{Dist: DistConstant}}}}}
+	res, _ := run(t, s, Options{})
+	requireNoViolations(t, res)
+	if res.Jobs.Succeeded != 1 || res.Deferrals != 1 {
+		t.Fatalf("%+v, %d deferrals", res.Jobs, res.Deferrals)
 	}
 }

@@ -549,6 +549,7 @@ func (o Outcome) validate(p string) error {
 	if err := o.RetryAfter.validate(p + ".retry_after"); err != nil {
 		return err
 	}
+
 	return o.Handler.validate(p + ".handler")
 }
 
