@@ -1126,10 +1126,16 @@ func (r *runner) fault(f Fault) {
 		old := w.back
 		oldSub := w.sub
 		w.sub = nil
+		// The process lives on and reconnects after Restart; its handlers
+		// still running finish and fail to settle. If one of them kills
+		// the process first, the crash's own restart replaces this one.
+		gen := w.gen
 		r.clk.AfterFunc(f.Restart.D(), func() {
 			oldSub.dead = true
 			_ = old.Close()
-			r.restart(w)
+			if w.gen == gen {
+				r.restart(w)
+			}
 		})
 	case FaultRefuseHold:
 		ttl, _ := r.top.RetryTTL(f.TTL.D())
@@ -1143,9 +1149,14 @@ func (r *runner) crash(w *worker, why string) {
 	r.emit(Event{Kind: EvCrash, Queue: w.q.spec.Name, Worker: w.idx, Detail: why})
 	w.gen++
 	r.noteRequeues(w)
-	r.broker.CloseConnection(w.conn, nil)
+	r.broker.CloseConnection(w.conn, nil) // a no-op if a drop closed it already
 	r.stopWorker(w)
-	r.clk.AfterFunc(w.restartAfter(), func() { r.restart(w) })
+	gen := w.gen
+	r.clk.AfterFunc(w.restartAfter(), func() {
+		if w.gen == gen { // not crashed again since: only the last crash restarts it
+			r.restart(w)
+		}
+	})
 }
 
 // noteRequeues counts, for each job a dying connection holds, a return
