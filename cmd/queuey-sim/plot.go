@@ -118,7 +118,7 @@ func panel(title string, xs, ys []float64, ticks []plot.Tick, ylabel string) (*p
 	p.Title.Text = title
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
-	p.X.Label.Text = "retry granularity"
+	p.X.Label.Text = "retry granularity (log scale)"
 	p.Y.Label.Text = ylabel
 	p.Add(plotter.NewGrid())
 	lo, hi := ys[0], ys[0]
