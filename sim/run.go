@@ -1165,6 +1165,22 @@ func (r *runner) noteRequeues(w *worker) {
 	if w.sub == nil {
 		return
 	}
+	// Bring the broker up to now first: a hold expiring at this instant is
+	// released, and may be delivered to this very worker, before the
+	// connection closes. Deliveries the worker has not taken yet go back
+	// with the connection too.
+	r.broker.Queue(w.q.spec.Name)
+	for w.sub.pending > 0 {
+		d, ok := receiveNow(w.sub.in)
+		if !ok {
+			break
+		}
+		w.sub.pending--
+		if j := r.job(jobNumber(d.MessageId)); j != nil {
+			j.returns++
+			j.explain++
+		}
+	}
 	for n, k := range w.sub.held {
 		if j := r.job(n); j != nil {
 			j.returns += k
