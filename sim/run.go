@@ -1179,6 +1179,11 @@ func (r *runner) noteRequeues(w *worker) {
 		if j := r.job(jobNumber(d.MessageId)); j != nil {
 			j.returns++
 			j.explain++
+			if !d.Redelivered && len(j.delivered) > 0 {
+				// Checked against its expectation when the broker handed it
+				// over; the worker will never decode it.
+				j.delivered = popFront(j.delivered)
+			}
 		}
 	}
 	for n, k := range w.sub.held {
