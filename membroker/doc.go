@@ -99,4 +99,13 @@
 // or a clock tick passes: an auto-ack consumer that never calls in resumes
 // on the tick, which a *clock.Mock only gives on Add. Size the buffers of NotifyPublish and NotifyReturn
 // listeners for what you have in flight, as amqp091 asks.
+//
+// # Watching and breaking it
+//
+// Broker.Queues, Broker.Queue, Broker.Connections and Channel.Unacked
+// describe the state at one moment; Config.Observer reports, as they
+// happen and in order, every queue created or deleted and every message
+// enqueued (with where it was dead-lettered from), delivered or
+// dead-lettered. Broker.CloseConnection, Broker.CloseChannel and
+// Broker.Restart inject the failures a real broker causes.
 package membroker
