@@ -114,7 +114,7 @@ type queue struct {
 	exclusiveBy *consumer
 	hadConsumer bool
 
-	ttlArmed   time.Time // deadline of the pending head-expiry event, zero if none
+	ttlArmed time.Time // deadline of the pending head-expiry event, zero if none
 	// x-expires: leaseDue is when the queue expires if nothing renews it,
 	// zero while it cannot (it has consumers, or no x-expires); leaseArmed
 	// says an expiry event is pending. Renewing only moves leaseDue: the
