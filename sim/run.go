@@ -260,7 +260,6 @@ type worker struct {
 	back queuey.Backend
 	rb   *rabbitmq.Backend
 	sub  *subscription
-	last *membroker.Channel // the channel the backend opened last
 	// restart is how long the process stays down after its next crash;
 	// defaults to a second.
 	restart time.Duration
@@ -288,7 +287,6 @@ type subscription struct {
 	pending int            // deliveries the broker reported and the worker has yet to take
 	back    queuey.Backend // the backend it came from, which settles its deliveries
 	ch      *membroker.Channel
-	inHand  int
 	held    map[uint64]int // jobs in hand, by number
 	dead    bool           // its process crashed: its handlers vanished
 }
@@ -486,14 +484,7 @@ func (r *runner) startWorker(w *worker) error {
 		return err
 	}
 	w.conn = conn
-	open := func() (rabbitmq.Channel, error) {
-		ch, err := conn.Channel()
-		if err != nil {
-			return nil, err
-		}
-		w.last = ch
-		return ch, nil
-	}
+	open := rabbitmq.Channels(conn.Channel)
 	w.rb, err = rabbitmq.New(open, rabbitmq.Options{Topology: r.top})
 	if err != nil {
 		return fmt.Errorf("sim: worker backend: %w", err)
@@ -623,7 +614,6 @@ func (r *runner) pump() {
 					r.failf("consumer %s: a delivery the broker reported is not on its channel", sub.tag)
 					return
 				}
-				sub.inHand++
 				sd := r.newDelivery()
 				sd.d = d
 				r.begin(sub.w, sub, sd)
@@ -974,7 +964,6 @@ func (r *runner) settle(w *worker, sub *subscription, j *job, env queuey.Envelop
 		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: q.spec.Name, Worker: w.idx, Detail: "ack: " + settleFailure(err)})
 		return
 	}
-	sub.inHand--
 	sub.release(j.n)
 	r.recycle(d)
 	j.copies--
@@ -1014,7 +1003,6 @@ func (r *runner) settleMalformed(w *worker, sub *subscription, d queuey.Delivery
 		return
 	}
 	if err := d.Ack(); err == nil {
-		sub.inHand--
 		r.recycle(d)
 	}
 	if w.sub != sub || sub.ch.IsClosed() {
@@ -1042,7 +1030,6 @@ func (r *runner) requeueLater(w *worker, sub *subscription, j *job, d queuey.Del
 			}
 			return // the channel is gone: the broker requeued it already
 		}
-		sub.inHand--
 		if j != nil {
 			sub.release(j.n)
 			r.emit(Event{Kind: EvRequeue, Job: j.n, Queue: w.q.spec.Name, Worker: w.idx})
