@@ -221,6 +221,7 @@ func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 // await waits for w's outcome, dispatching confirms and returns while it
 // holds the dispatch token, and recycles w.
 func (p *Publisher) await(ctx context.Context, seq uint64, w *waiter) error {
+	disp := p.disp // nil once the confirm listener has closed: then only wait
 	for {
 		select {
 		case err := <-w.result:
@@ -228,17 +229,12 @@ func (p *Publisher) await(ctx context.Context, seq uint64, w *waiter) error {
 			return err
 		case <-ctx.Done():
 			return p.abandon(ctx, seq, w)
-		case p.disp <- struct{}{}:
+		case disp <- struct{}{}:
 			if p.confirmsClosed {
-				<-p.disp
 				// The channel is closing: the watcher fails w shortly.
-				select {
-				case err := <-w.result:
-					p.recycle(w)
-					return err
-				case <-ctx.Done():
-					return p.abandon(ctx, seq, w)
-				}
+				<-p.disp
+				disp = nil
+				continue
 			}
 			err, done := p.dispatchFor(ctx, w)
 			<-p.disp

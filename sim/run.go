@@ -908,12 +908,13 @@ func (r *runner) complete(d *simDelivery) {
 		r.crash(w, "poison job "+strconv.FormatUint(n, 10))
 		return
 	}
-	r.settle(w, sub, j, d.env, d, d.out)
+	r.settle(d)
 }
 
 // settle decides and publishes the successor, then acknowledges: the
 // worker's sequence, with the same functions.
-func (r *runner) settle(w *worker, sub *subscription, j *job, env queuey.Envelope, d queuey.Delivery, out outcome) {
+func (r *runner) settle(d *simDelivery) {
+	w, sub, j, env, out := d.w, d.sub, d.j, d.env, d.out
 	q := w.q
 	dec := queuey.Decide(env, out.result, q.cfg, r.draw(j.n, uint64(j.runs), streamJitter))
 	r.checkDecision(j, env, out, dec)
