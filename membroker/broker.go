@@ -76,7 +76,9 @@ type Broker struct {
 	unsentBlocked []*consumer // consumers waiting for room in their delivery channel
 	free          []*message  // acknowledged messages whose memory newMessage may reuse
 	deadLetters   []deadLetterInFlight
-	fired         func() // the timer callback, allocated once
+	dlTargets     []*queue // the arena deadLetters' targets are cut from
+	routed        []*queue // Publish's scratch for its targets
+	fired         func()   // the timer callback, allocated once
 	observer      func(Event)
 
 	boxed     map[string]any // see box
@@ -353,8 +355,8 @@ func (b *Broker) newMessage(exchange, key string, pub amqp.Publishing) *message 
 		m = b.free[n-1]
 		b.free[n-1] = nil
 		b.free = b.free[:n-1]
-		body, headers := m.pub.Body[:0], m.pub.Headers
-		*m = message{exchange: exchange, routingKey: key, pub: pub}
+		body, headers, deaths := m.pub.Body[:0], m.pub.Headers, m.deaths[:0]
+		*m = message{exchange: exchange, routingKey: key, pub: pub, deaths: deaths}
 		m.pub.Body = append(body, pub.Body...)
 		m.pub.Headers = wireTableInto(headers, pub.Headers)
 	} else {
@@ -399,31 +401,36 @@ func (b *Broker) recycle(m *message) {
 	}
 }
 
-// route returns the existing queues a message published to the default
-// exchange reaches, one entry per queue, in routing-key order.
-func (b *Broker) route(keys ...[]string) []*queue {
-	var out []*queue
-	for _, ks := range keys {
-		for _, k := range ks {
-			q, ok := b.queues[k]
-			if !ok {
-				continue
-			}
-			dup := false
-			for _, x := range out {
-				dup = dup || x == q
-			}
-			if !dup {
-				out = append(out, q)
+// route appends to dst the existing queues a message published to the
+// default exchange with routing key key and CC and BCC headers cc and bcc
+// reaches, one entry per queue, in routing-key order.
+func (b *Broker) route(dst []*queue, key string, cc, bcc []string) []*queue {
+	start := len(dst)
+	add := func(k string) {
+		q, ok := b.queues[k]
+		if !ok {
+			return
+		}
+		for _, x := range dst[start:] {
+			if x == q {
+				return
 			}
 		}
+		dst = append(dst, q)
 	}
-	return out
+	add(key)
+	for _, k := range cc {
+		add(k)
+	}
+	for _, k := range bcc {
+		add(k)
+	}
+	return dst
 }
 
 // deliverTo enqueues a copy of m on each target queue. The first target takes
 // m itself.
-func (b *Broker) deliverTo(targets []*queue, m *message, from *death) {
+func (b *Broker) deliverTo(targets []*queue, m *message, from *deathSite) {
 	for i, q := range targets {
 		c := m
 		if i > 0 {
@@ -521,11 +528,11 @@ func (b *Broker) nextConsumer(q *queue) *consumer {
 		c := q.consumers[0]
 		switch {
 		case !c.hasCredit():
-			q.consumers = q.consumers[1:]
+			q.consumers = dropFront(q.consumers)
 			q.blocked = append(q.blocked, c)
 			c.blocked = true
 		case !c.hasRoom():
-			q.consumers = q.consumers[1:]
+			q.consumers = dropFront(q.consumers)
 			c.unsent = true
 			b.unsentBlocked = append(b.unsentBlocked, c)
 		default:

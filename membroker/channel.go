@@ -456,12 +456,15 @@ func (ch *Channel) Publish(exchange, key string, mandatory, immediate bool, msg 
 		return nil
 	}
 	m := b.newMessage("", key, msg)
-	targets := b.route([]string{key}, m.cc, m.bcc)
+	// Publish's scratch is free again once deliverTo returns; nothing it
+	// calls publishes.
+	targets := b.route(b.routed[:0], key, m.cc, m.bcc)
+	b.routed = targets
 	if len(targets) == 0 && mandatory {
 		r := amqp.Return{
 			ReplyCode: amqp.NoRoute, ReplyText: "NO_ROUTE", Exchange: exchange, RoutingKey: key,
 			ContentType: m.pub.ContentType, ContentEncoding: m.pub.ContentEncoding,
-			Headers: copyTable(m.pub.Headers), DeliveryMode: m.pub.DeliveryMode, Priority: m.pub.Priority,
+			Headers: copyTable(m.pub.Headers, 0), DeliveryMode: m.pub.DeliveryMode, Priority: m.pub.Priority,
 			CorrelationId: m.pub.CorrelationId, ReplyTo: m.pub.ReplyTo, Expiration: m.pub.Expiration,
 			MessageId: m.pub.MessageId, Timestamp: m.pub.Timestamp, Type: m.pub.Type,
 			UserId: m.pub.UserId, AppId: m.pub.AppId, Body: m.pub.Body,
@@ -705,13 +708,13 @@ func (b *Broker) deliver(q *queue, c *consumer, m *message) {
 	if len(q.consumers) == 0 || q.consumers[0] != c {
 		return
 	}
-	q.consumers = q.consumers[1:]
 	if q.isQuorum() && !c.hasCredit() {
+		q.consumers = dropFront(q.consumers)
 		c.blocked = true
 		q.blocked = append(q.blocked, c)
 		return
 	}
-	q.consumers = append(q.consumers, c)
+	q.consumers = rotate(q.consumers)
 }
 
 // handOut records an unacknowledged delivery (unless autoAck) and builds what
@@ -759,11 +762,15 @@ func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
 	// delivery count.
 	quorumCount := q.isQuorum() && (m.acquired > 0 || (b.version == RabbitMQ40 && m.failed > 0))
 	if len(m.deaths) == 0 && !quorumCount {
-		return copyTable(m.pub.Headers)
+		return copyTable(m.pub.Headers, 0)
 	}
-	h := copyTable(m.pub.Headers)
+	extra := 2 // x-delivery-count, x-acquired-count
+	if len(m.deaths) > 0 {
+		extra += 7 // x-death and the x-first/last-death-* headers
+	}
+	h := copyTable(m.pub.Headers, extra)
 	if h == nil {
-		h = amqp.Table{}
+		h = make(amqp.Table, extra)
 	}
 	if len(m.deaths) > 0 {
 		b.deathHeaders(h, m)

@@ -12,8 +12,15 @@ type death struct {
 	queue, reason, exchange string
 	count                   int64
 	time                    time.Time
-	routingKeys             []string
+	routingKey              string   // routing-keys: this one first,
+	cc                      []string // then these (shared, never modified)
 	originalExpiration      string
+}
+
+// deathSite is where and why a message last died: x-first-death-* and
+// x-last-death-*.
+type deathSite struct {
+	queue, reason, exchange string
 }
 
 // deadLetter removes m from q's custody for reason ("expired", "rejected",
@@ -29,10 +36,6 @@ func (b *Broker) deadLetter(q *queue, m *message, reason string) {
 	if q.isQuorum() && m.failed > 0 {
 		m.deliveryCountAnn = m.failed // rabbit_fifo_dlx:discard annotates the header's delivery_count
 	}
-	keys := make([]string, 0, 1+len(m.cc))
-	keys = append(keys, m.routingKey)
-	keys = append(keys, m.cc...)
-
 	found := -1
 	for i := range m.deaths {
 		if m.deaths[i].queue == q.name && m.deaths[i].reason == reason {
@@ -48,28 +51,31 @@ func (b *Broker) deadLetter(q *queue, m *message, reason string) {
 	} else {
 		d := death{
 			queue: q.name, reason: reason, exchange: m.exchange, count: 1,
-			time: time.Unix(b.now.Unix(), 0), routingKeys: keys,
+			time: time.Unix(b.now.Unix(), 0), routingKey: m.routingKey, cc: m.cc,
 			originalExpiration: m.pub.Expiration,
 		}
 		m.deaths = append(m.deaths, death{})
 		copy(m.deaths[1:], m.deaths)
 		m.deaths[0] = d
 	}
-	this := &death{queue: q.name, reason: reason, exchange: m.exchange}
-	if m.first == nil {
-		m.first = this
+	this := deathSite{queue: q.name, reason: reason, exchange: m.exchange}
+	if !m.died {
+		m.first, m.died = this, true
 	}
 	m.last = this
 	m.pub.Expiration = "" // removed so it cannot expire again downstream
 
-	var targets []*queue
+	// The targets of every dead letter in flight share one arena, reset
+	// once they have all landed.
+	start := len(b.dlTargets)
 	if q.cfg.hasDLRK {
 		m.routingKey = q.cfg.dlrk
 		m.cc, m.bcc = nil, nil
-		targets = b.route([]string{m.routingKey})
+		b.dlTargets = b.route(b.dlTargets, m.routingKey, nil, nil)
 	} else {
-		targets = b.route([]string{m.routingKey}, m.cc, m.bcc)
+		b.dlTargets = b.route(b.dlTargets, m.routingKey, m.cc, m.bcc)
 	}
+	targets := b.dlTargets[start:len(b.dlTargets):len(b.dlTargets)]
 	m.exchange = q.cfg.dlx
 	if reason != "rejected" {
 		kept := targets[:0]
@@ -92,25 +98,27 @@ func (b *Broker) deadLetter(q *queue, m *message, reason string) {
 type deadLetterInFlight struct {
 	targets []*queue
 	m       *message
-	from    *death // the queue it left and why
+	from    deathSite // the queue it left and why
 }
 
 // landDeadLetters delivers the dead letters in flight, in the order they were
 // sent, including any that landing them sends in turn.
 func (b *Broker) landDeadLetters() {
-	for len(b.deadLetters) > 0 {
-		dl := b.deadLetters[0]
-		b.deadLetters[0] = deadLetterInFlight{}
-		b.deadLetters = b.deadLetters[1:]
+	// Landing one can send more: the loop reads the length afresh.
+	for i := 0; i < len(b.deadLetters); i++ {
+		dl := b.deadLetters[i]
+		b.deadLetters[i] = deadLetterInFlight{}
 		live := dl.targets[:0]
 		for _, q := range dl.targets {
 			if !q.deleted {
 				live = append(live, q)
 			}
 		}
-		b.deliverTo(live, dl.m, dl.from)
+		b.deliverTo(live, dl.m, &dl.from)
 	}
-	b.deadLetters = nil
+	b.deadLetters = b.deadLetters[:0]
+	clear(b.dlTargets)
+	b.dlTargets = b.dlTargets[:0]
 }
 
 // closesCycle reports whether dead-lettering into target would repeat a
@@ -132,9 +140,10 @@ func closesCycle(deaths []death, target string) bool {
 func (b *Broker) deathHeaders(h amqp.Table, m *message) {
 	xd := make([]any, len(m.deaths))
 	for i, d := range m.deaths {
-		keys := make([]any, len(d.routingKeys))
-		for j, k := range d.routingKeys {
-			keys[j] = b.box(k)
+		keys := make([]any, 1+len(d.cc))
+		keys[0] = b.box(d.routingKey)
+		for j, k := range d.cc {
+			keys[1+j] = b.box(k)
 		}
 		e := amqp.Table{
 			"count":        d.count,

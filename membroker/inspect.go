@@ -53,7 +53,7 @@ func (q *queue) info() QueueInfo {
 	slices.Sort(tags)
 	return QueueInfo{
 		Name: q.name, Type: q.cfg.kind.String(), Durable: q.durable, AutoDelete: q.autoDelete,
-		Exclusive: q.exclusive, Arguments: copyTable(q.args), Ready: q.ready, Unacked: q.unacked,
+		Exclusive: q.exclusive, Arguments: copyTable(q.args, 0), Ready: q.ready, Unacked: q.unacked,
 		Consumers: tags,
 	}
 }

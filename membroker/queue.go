@@ -28,9 +28,10 @@ type message struct {
 	// quorum queue the message reaches starts its delivery_count from it.
 	deliveryCountAnn int
 
-	deaths []death // newest first
-	first  *death  // x-first-death-*, set at the first death the broker records
-	last   *death  // x-last-death-*
+	deaths []death   // newest first
+	died   bool      // first and last are set
+	first  deathSite // x-first-death-*, set at the first death the broker records
+	last   deathSite // x-last-death-*
 }
 
 // fifo is a deque of messages ordered by id, with insertion at an arbitrary
@@ -324,6 +325,29 @@ func (q *queue) removeConsumer(c *consumer) {
 	if q.exclusiveBy == c {
 		q.exclusiveBy = nil
 	}
+}
+
+// dropFront removes s's first consumer. Short lists (the usual case) shift
+// in place, so the slice keeps its capacity and a later append does not
+// allocate; long ones are resliced, so a dispatch stays O(1).
+func dropFront(s []*consumer) []*consumer {
+	if len(s) > 64 {
+		return s[1:]
+	}
+	copy(s, s[1:])
+	s[len(s)-1] = nil
+	return s[:len(s)-1]
+}
+
+// rotate moves s's first consumer to the back: the round robin's step.
+func rotate(s []*consumer) []*consumer {
+	if len(s) > 64 {
+		return append(s[1:], s[0])
+	}
+	c := s[0]
+	copy(s, s[1:])
+	s[len(s)-1] = c
+	return s
 }
 
 func deleteFirst(s []*consumer, c *consumer) []*consumer {

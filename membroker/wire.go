@@ -65,12 +65,13 @@ func wireValue(v any) any {
 }
 
 // copyTable returns a deep copy of a table already in wire form, so that a
-// consumer mutating a delivery's headers cannot reach the stored message.
-func copyTable(t amqp.Table) amqp.Table {
+// consumer mutating a delivery's headers cannot reach the stored message,
+// with room for extra more entries.
+func copyTable(t amqp.Table, extra int) amqp.Table {
 	if t == nil {
 		return nil
 	}
-	out := make(amqp.Table, len(t))
+	out := make(amqp.Table, len(t)+extra)
 	for k, v := range t {
 		out[k] = copyValue(v)
 	}
@@ -82,7 +83,7 @@ func copyValue(v any) any {
 	case []byte:
 		return append([]byte(nil), x...)
 	case amqp.Table:
-		return copyTable(x)
+		return copyTable(x, 0)
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {

@@ -88,18 +88,19 @@ func Decide(env Envelope, result error, q QueueConfig, u float64) Decision {
 		return Decision{Action: ActionAck}
 	}
 	next := env
-	var deferErr *DeferError
-	var fatalErr *FatalError
-	var unknownErr *UnknownKindError
-	switch {
-	case errors.As(result, &deferErr):
+	// errors.AsType, unlike errors.As, does not make its target escape: no
+	// allocation per settled job.
+	if deferErr, ok := errors.AsType[*DeferError](result); ok {
 		next.Deferrals++
 		next.Priority = q.TopPriority()
 		return Decision{Action: ActionDefer, Successor: next, Delay: max(deferErr.Delay, 0), Reason: deferErr.Reason, Err: result}
-	case errors.As(result, &fatalErr):
+	}
+	if fatalErr, ok := errors.AsType[*FatalError](result); ok {
 		next.Priority = 0
 		return Decision{Action: ActionDeadLetter, Successor: next, Reason: "fatal: " + fatalErr.Err.Error(), Err: result}
-	case errors.As(result, &unknownErr):
+	}
+	switch {
+	case isUnknownKind(result):
 		next.Priority = 0
 		return Decision{Action: ActionDeadLetter, Successor: next, Reason: ReasonUnknownKind, Err: result}
 	case q.Retry.Exhausted(env.Attempt):
@@ -109,6 +110,11 @@ func Decide(env Envelope, result error, q QueueConfig, u float64) Decision {
 	next.Attempt++
 	next.Priority = 0 // a deferral's priority lasts one round
 	return Decision{Action: ActionRetry, Successor: next, Delay: q.Retry.Delay(next.Attempt, u), Err: result}
+}
+
+func isUnknownKind(err error) bool {
+	_, ok := errors.AsType[*UnknownKindError](err)
+	return ok
 }
 
 // PublishSuccessor carries out dec on backend for a job of queue q, the

@@ -174,6 +174,15 @@ func (e Envelope) Encode() ([]byte, error) {
 	return appendEnvelope(make([]byte, 0, 160+len(e.ID)+len(e.Kind)+len(e.Queue)+len(e.Payload)), e), nil
 }
 
+// AppendEncoded is Encode appending the wire form to b, for callers that
+// reuse one buffer. On an error b is returned unchanged.
+func (e Envelope) AppendEncoded(b []byte) ([]byte, error) {
+	if err := e.validate(); err != nil {
+		return b, err
+	}
+	return appendEnvelope(b, e), nil
+}
+
 // validate checks e against the rules of the wire format, in wire key order.
 func (e Envelope) validate() error {
 	if e.Version != 0 && e.Version != EnvelopeVersion {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -129,10 +130,12 @@ func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
 	if e.ID, ok = p.str(); !ok || e.ID == "" || !p.lit(`,"kind":`) {
 		return Envelope{}, false
 	}
-	if e.Kind, ok = p.str(); !ok || e.Kind == "" || !p.lit(`,"queue":`) {
+	kind, ok := p.strBytes()
+	if !ok || len(kind) == 0 || !p.lit(`,"queue":`) {
 		return Envelope{}, false
 	}
-	if e.Queue, ok = p.str(); !ok || e.Queue == "" || !p.lit(`,"payload":`) {
+	queue, ok := p.strBytes()
+	if !ok || len(queue) == 0 || !p.lit(`,"payload":`) {
 		return Envelope{}, false
 	}
 	start := p.i
@@ -166,13 +169,13 @@ func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
 	if priority, ok = p.uint(); !ok || priority > 255 || !p.lit(`,"enqueued_at":`) {
 		return Envelope{}, false
 	}
-	ts, ok := p.str()
+	ts, ok := p.strBytes()
 	if !ok || !p.lit(`}`) || p.i != len(body) {
 		return Envelope{}, false
 	}
 	t, ok := parseEnvelopeTime(ts)
 	if !ok {
-		if err := t.UnmarshalText([]byte(ts)); err != nil {
+		if err := t.UnmarshalText(ts); err != nil {
 			return Envelope{}, false
 		}
 	}
@@ -180,9 +183,38 @@ func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
 	if checkEnvelopeTime(t) != "" {
 		return Envelope{}, false
 	}
+	e.Kind, e.Queue = kindNames.intern(kind), queueNames.intern(queue)
 	e.Payload = bytes.Clone(payload)
 	e.Attempt, e.Deferrals, e.Priority, e.EnqueuedAt = attempt, deferrals, uint8(priority), t
 	return e, true
+}
+
+// interned is a small lossy cache of strings that repeat from one envelope
+// to the next (kinds, queue names), so decoding one does not allocate them
+// again. It is safe for concurrent use: a slot holds an immutable string
+// and a collision just replaces it.
+type interned struct {
+	slots [64]atomic.Pointer[string]
+}
+
+var kindNames, queueNames interned
+
+// intern returns string(b), reusing the string a slot holds if it matches.
+func (t *interned) intern(b []byte) string {
+	if len(b) > 128 {
+		return string(b)
+	}
+	h := uint32(2166136261) // FNV-1a
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	slot := &t.slots[h%uint32(len(t.slots))]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	s := string(b)
+	slot.Store(&s)
+	return s
 }
 
 type canonicalReader struct {
@@ -201,20 +233,29 @@ func (p *canonicalReader) lit(s string) bool {
 // str reads a string with no escapes and no control characters, in valid
 // UTF-8.
 func (p *canonicalReader) str() (string, bool) {
-	if p.i >= len(p.b) || p.b[p.i] != '"' {
+	b, ok := p.strBytes()
+	if !ok {
 		return "", false
+	}
+	return string(b), true
+}
+
+// strBytes is str returning the string's bytes inside the body, not a copy.
+func (p *canonicalReader) strBytes() ([]byte, bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return nil, false
 	}
 	j := p.i + 1
 	for j < len(p.b) && p.b[j] != '"' {
 		if c := p.b[j]; c == '\\' || c < 0x20 {
-			return "", false
+			return nil, false
 		}
 		j++
 	}
 	if j >= len(p.b) || !utf8.Valid(p.b[p.i+1:j]) {
-		return "", false
+		return nil, false
 	}
-	s := string(p.b[p.i+1 : j])
+	s := p.b[p.i+1 : j]
 	p.i = j + 1
 	return s, true
 }
@@ -309,7 +350,7 @@ func appendDigits(b []byte, v, width int) []byte {
 // ("2006-01-02T15:04:05.000000000Z"); ok is false for anything else,
 // including dates that do not exist, which the caller then reads with
 // time.Time.UnmarshalText.
-func parseEnvelopeTime(s string) (time.Time, bool) {
+func parseEnvelopeTime[S string | []byte](s S) (time.Time, bool) {
 	if len(s) != 30 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' || s[19] != '.' || s[29] != 'Z' {
 		return time.Time{}, false
 	}

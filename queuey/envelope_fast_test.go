@@ -3,6 +3,7 @@ package queuey
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -176,4 +177,26 @@ func FuzzCanonicalDecode(f *testing.F) {
 	f.Add([]byte(`{"v":1,"id":"a","kind":"b","queue":"c","payload":01,"attempt":1,"deferrals":0,"priority":0,"enqueued_at":"2026-01-01T00:00:00Z"}`))
 	f.Add([]byte(`{"v":1,"id":"a","kind":"b","queue":"c","payload":1,"attempt":01,"deferrals":0,"priority":256,"enqueued_at":"2026-01-01T00:00:00Z"}`))
 	f.Fuzz(func(t *testing.T, body []byte) { checkCanonicalAgrees(t, body) })
+}
+
+// TestInternReturnsEqualStrings fills the intern table far past its size,
+// so slots collide and are replaced, and checks every answer against the
+// bytes asked for, and that a repeat of the last string is not allocated.
+func TestInternReturnsEqualStrings(t *testing.T) {
+	var tab interned
+	for i := range 1000 {
+		b := []byte(fmt.Sprintf("queue-%d", i%300))
+		if got := tab.intern(b); got != string(b) {
+			t.Fatalf("intern(%q) = %q", b, got)
+		}
+	}
+	long := bytes.Repeat([]byte("x"), 200)
+	if got := tab.intern(long); got != string(long) {
+		t.Fatalf("intern of a long string changed it")
+	}
+	b := []byte("emails")
+	tab.intern(b)
+	if n := testing.AllocsPerRun(100, func() { _ = tab.intern(b) }); n != 0 {
+		t.Fatalf("interning a string already held allocates %v times", n)
+	}
 }

@@ -92,10 +92,12 @@ type Backend struct {
 	// channel so that waiting for it honours ctx.
 	holdLock chan struct{}
 	hold     Channel // guarded by holdLock; nil until the first hold or after a refusal
-	// holdArgs caches each hold queue's declaration arguments, a pure
-	// function of its name; guarded by holdLock. The tables are never
-	// modified: the client library only encodes them.
-	holdArgs map[string]amqp.Table
+	// holdArgs caches each hold queue's name and declaration arguments,
+	// pure functions of its queue and TTL; guarded by holdLock, and
+	// emptied when it reaches maxHoldDecls (fine delays with a long cap
+	// have many TTLs). The tables are never modified: the client library
+	// only encodes them.
+	holdArgs map[holdKey]holdDecl
 
 	tags atomic.Uint64 // consumer tag counter
 
@@ -155,7 +157,7 @@ func New(open func() (Channel, error), opts Options) (*Backend, error) {
 		logger:    logger,
 		pub:       pub,
 		holdLock:  make(chan struct{}, 1),
-		holdArgs:  make(map[string]amqp.Table),
+		holdArgs:  make(map[holdKey]holdDecl),
 		declared:  make(map[string]queuey.QueueConfig),
 		consumers: make(map[*consumer]struct{}),
 	}, nil
@@ -280,10 +282,19 @@ func (b *Backend) Publish(ctx context.Context, env queuey.Envelope, hold time.Du
 	if err := b.checkOpen(); err != nil {
 		return err
 	}
-	body, err := env.Encode()
+	// The body is encoded into a pooled buffer: the client library has
+	// written it out (membroker has copied it) by the time Publish returns.
+	buf := bodyBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledBody {
+			bodyBufs.Put(buf)
+		}
+	}()
+	body, err := env.AppendEncoded((*buf)[:0])
 	if err != nil {
 		return fmt.Errorf("rabbitmq: publish job %q: %w", env.ID, err)
 	}
+	*buf = body
 	var ttl int64
 	switch kind {
 	case queuey.HoldRetry:
@@ -325,11 +336,32 @@ func (b *Backend) Publish(ctx context.Context, env queuey.Envelope, hold time.Du
 	return b.pub.Publish(ctx, holdQueue, msg)
 }
 
+// bodyBufs pools the buffers Publish encodes envelopes into.
+var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// maxPooledBody is the largest buffer bodyBufs keeps.
+const maxPooledBody = 64 << 10
+
+// holdKey names a hold queue: its work queue and TTL in milliseconds.
+type holdKey struct {
+	queue string
+	ttl   int64
+}
+
+// maxHoldDecls bounds Backend.holdArgs.
+const maxHoldDecls = 4096
+
+// holdDecl is a hold queue's name and declaration arguments, both pure
+// functions of its holdKey, cached so a hold builds neither again.
+type holdDecl struct {
+	name string
+	args amqp.Table
+}
+
 // declareHold declares queue's hold queue for ttl milliseconds on the hold
 // channel, opening a fresh one if there is none or it closed, and returns
 // its name.
 func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (string, error) {
-	name := b.top.HoldQueue(queue, ttl)
 	select {
 	case b.holdLock <- struct{}{}:
 	case <-ctx.Done():
@@ -339,17 +371,21 @@ func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (str
 	if err := b.checkOpen(); err != nil {
 		return "", err
 	}
+	decl, ok := b.holdArgs[holdKey{queue, ttl}]
+	if !ok {
+		if len(b.holdArgs) >= maxHoldDecls {
+			clear(b.holdArgs)
+		}
+		decl = holdDecl{name: b.top.HoldQueue(queue, ttl), args: HoldQueueArgs(queue, ttl)}
+		b.holdArgs[holdKey{queue, ttl}] = decl
+	}
+	name, args := decl.name, decl.args
 	if b.hold == nil || b.hold.IsClosed() {
 		ch, err := b.openChannel("hold queue declarations")
 		if err != nil {
 			return "", fmt.Errorf("rabbitmq: hold queue %q: %w", name, err)
 		}
 		b.hold = ch
-	}
-	args, ok := b.holdArgs[name]
-	if !ok {
-		args = HoldQueueArgs(queue, ttl)
-		b.holdArgs[name] = args
 	}
 	if _, err := b.hold.QueueDeclare(name, true, false, false, false, args); err != nil {
 		// A refusal has closed the channel; a failure of the connection

@@ -391,7 +391,10 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	}
 	r.producer, err = queuey.NewProducer(ctx, r.producerBack, configs, queuey.ProducerConfig{
 		Clock: r.clk,
-		NewID: func() string { return "j" + strconv.FormatUint(r.nextJob, 10) },
+		NewID: func() string {
+			var buf [24]byte
+			return string(strconv.AppendUint(append(buf[:0], 'j'), r.nextJob, 10))
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sim: declaring the queues: %w", err)
@@ -599,10 +602,11 @@ func (r *runner) loop() error {
 // is deterministic.
 func (r *runner) pump() {
 	for len(r.ready) > 0 || r.auditDue {
-		for len(r.ready) > 0 {
-			sub := r.ready[0]
-			r.ready[0] = nil
-			r.ready = r.ready[1:]
+		// Taking a delivery can make more ready: the loop reads the
+		// length afresh, and the slice keeps its storage.
+		for i := 0; i < len(r.ready); i++ {
+			sub := r.ready[i]
+			r.ready[i] = nil
 			for sub.pending > 0 {
 				sub.pending--
 				d, ok := receiveNow(sub.in)
@@ -619,6 +623,7 @@ func (r *runner) pump() {
 				r.begin(sub.w, sub, sd)
 			}
 		}
+		r.ready = r.ready[:0]
 		if r.auditDue {
 			r.auditDue = false
 			for _, q := range r.queues {
