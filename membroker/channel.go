@@ -95,6 +95,16 @@ func (ch *Channel) failConn(err *amqp.Error) *amqp.Error {
 	return err
 }
 
+// redeclared finishes a declaration of the existing queue q that passed
+// the equivalence check.
+func (ch *Channel) redeclared(q *queue, noWait bool) amqp.Queue {
+	if !noWait && !q.isQuorum() {
+		ch.b.renewLease(q)
+	}
+	ch.lastQueue = q.name
+	return amqp.Queue{Name: q.name, Messages: q.ready, Consumers: q.consumerCount()}
+}
+
 // QueueDeclare declares a queue on the default exchange's vhost, creating it
 // or checking an existing one for equivalence, as queue.declare does.
 func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error) {
@@ -110,6 +120,17 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 	if ch.closed {
 		return amqp.Queue{}, amqp.ErrClosed
 	}
+	durable = durable && !exclusive // the channel forces exclusive queues transient
+	var owner *Connection
+	if exclusive {
+		owner = ch.conn
+	}
+	if q, ok := b.queues[name]; ok && name != "" && q.owner == owner && q.declaredLike(durable, autoDelete, args) {
+		// What the last declaration that passed asked for, once more (a
+		// hold queue's, before every hold): equivalent again.
+		return ch.redeclared(q, noWait), nil
+	}
+	raw := args
 	args = wireTable(args)
 	if args == nil {
 		args = amqp.Table{}
@@ -117,7 +138,6 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 	if _, ok := args["x-queue-type"]; !ok {
 		args["x-queue-type"] = "classic" // 4.x records the node default
 	}
-	durable = durable && !exclusive // the channel forces exclusive queues transient
 	if name == "" {
 		if s, ok := args["x-queue-type"].(string); !ok || (s != "classic" && s != "quorum" && s != "stream") {
 			// rabbit_channel asks rabbit_queue_type:discover whether the
@@ -135,21 +155,14 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 			"ACCESS_REFUSED - queue name '%s' contains reserved prefix 'amq.*'", name)))
 	}
 	if q, ok := b.queues[name]; ok {
-		var owner *Connection
-		if exclusive {
-			owner = ch.conn
-		}
 		if q.owner != owner {
 			return amqp.Queue{}, ch.fail(resourceLocked(name))
 		}
 		if err := checkEquivalent(q, durable, autoDelete, args); err != nil {
 			return amqp.Queue{}, ch.fail(err)
 		}
-		if !noWait && !q.isQuorum() {
-			b.renewLease(q)
-		}
-		ch.lastQueue = name
-		return amqp.Queue{Name: name, Messages: q.ready, Consumers: q.consumerCount()}, nil
+		q.lastDecl = declaration{durable: durable, autoDelete: autoDelete, args: wireTable(raw), ok: true}
+		return ch.redeclared(q, noWait), nil
 	}
 	cfg, aerr := validateNew(name, durable, autoDelete, exclusive, args, b.version)
 	if aerr != nil {
@@ -764,7 +777,11 @@ func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
 	if len(m.deaths) == 0 && !quorumCount {
 		return copyTable(m.pub.Headers, 0)
 	}
-	extra := 2 // x-delivery-count, x-acquired-count
+	// Exactly the entries to come: a map for at most 8 stays one group.
+	extra := 0
+	if quorumCount {
+		extra += 2 // x-delivery-count, x-acquired-count
+	}
 	if len(m.deaths) > 0 {
 		extra += 7 // x-death and the x-first/last-death-* headers
 	}

@@ -751,3 +751,36 @@ func TestDeclareExclusiveForcesTransient(t *testing.T) {
 		}
 	}
 }
+
+// TestRedeclareAfterAPassingRedeclaration checks the shortcut for a
+// declaration identical to the last one that passed: identical arguments
+// (integers of another width included) pass again, and a changed value, a
+// changed flag or another connection's exclusive claim is still checked
+// and refused.
+func TestRedeclareAfterAPassingRedeclaration(t *testing.T) {
+	e := newEnv(t, RabbitMQ40)
+	args := amqp.Table{"x-message-ttl": int64(1000), "x-expires": int32(2000), "x-dead-letter-exchange": ""}
+	for i := range 3 {
+		if _, err := e.ch.QueueDeclare("hold", true, false, false, false, args); err != nil {
+			t.Fatalf("declaration %d: %v", i+1, err)
+		}
+	}
+	if _, err := e.ch.QueueDeclare("hold", true, false, false, false,
+		amqp.Table{"x-message-ttl": 1000, "x-expires": int64(2000), "x-dead-letter-exchange": ""}); err != nil {
+		t.Fatalf("the same values at other integer widths: %v", err)
+	}
+	_, err := e.ch.QueueDeclare("hold", true, false, false, false,
+		amqp.Table{"x-message-ttl": int64(1001), "x-expires": int32(2000), "x-dead-letter-exchange": ""})
+	ae := cqAmqpErr(t, err)
+	if want := "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'hold' in vhost '/': received '1001' but current is '1000'"; ae.Reason != want {
+		t.Fatalf("changed TTL: got %q\nwant %q", ae.Reason, want)
+	}
+	ch, err := e.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ch.QueueDeclare("hold", false, false, false, false, args)
+	if ae := cqAmqpErr(t, err); ae.Code != amqp.PreconditionFailed || !strings.Contains(ae.Reason, "'durable'") {
+		t.Fatalf("changed durable flag: got %d %q", ae.Code, ae.Reason)
+	}
+}

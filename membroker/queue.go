@@ -34,6 +34,32 @@ type message struct {
 	last   deathSite // x-last-death-*
 }
 
+// declaration is a queue.declare's flags and arguments (in wire form, as
+// the client sent them) that passed the equivalence check against an
+// existing queue.
+type declaration struct {
+	ok                  bool
+	durable, autoDelete bool
+	args                amqp.Table
+}
+
+// declaredLike reports whether durable, autoDelete and args are what q's
+// last passing redeclaration sent, so that the equivalence check, a pure
+// function of them and q, passes again.
+func (q *queue) declaredLike(durable, autoDelete bool, args amqp.Table) bool {
+	d := &q.lastDecl
+	if !d.ok || d.durable != durable || d.autoDelete != autoDelete || len(d.args) != len(args) {
+		return false
+	}
+	for k, v := range args {
+		w, ok := d.args[k]
+		if !ok || !sameArg(wireValue(v), w) {
+			return false
+		}
+	}
+	return true
+}
+
 // fifo is a deque of messages ordered by id, with insertion at an arbitrary
 // position for classic requeues. Pops from the front are O(1).
 type fifo struct {
@@ -96,6 +122,7 @@ type queue struct {
 	exclusive  bool
 	owner      *Connection // exclusive queues only
 	args       amqp.Table  // as declared, wire form, with x-queue-type injected
+	lastDecl   declaration // the last redeclaration that passed the equivalence check
 	cfg        queueConfig
 	deleted    bool
 

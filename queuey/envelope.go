@@ -236,7 +236,7 @@ func checkEnvelopeJSON(raw []byte) string {
 	switch {
 	case len(raw) == 0:
 		return "must be valid JSON, got nothing"
-	case !json.Valid(raw):
+	case !validJSON(raw):
 		return "must be valid JSON"
 	case !utf8.Valid(raw):
 		return "must be valid UTF-8"
@@ -377,7 +377,7 @@ func splitEnvelopeObject(body []byte) (fields map[string]json.RawMessage, unknow
 	if !utf8.Valid(body) {
 		return nil, "", &EnvelopeError{Reason: "body is not valid UTF-8"}
 	}
-	if !json.Valid(body) {
+	if !validJSON(body) {
 		return nil, "", &EnvelopeError{Reason: "body is not valid JSON (or has data after the value)"}
 	}
 	if kind := envelopeJSONKind(body); kind != "object" {

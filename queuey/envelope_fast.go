@@ -152,7 +152,7 @@ func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
 		return Envelope{}, false
 	}
 	payload := body[start:end]
-	if !utf8.Valid(payload) || !json.Valid(payload) || bytes.IndexAny(payload, " \t\r\n") >= 0 {
+	if !utf8.Valid(payload) || !validJSON(payload) || bytes.IndexAny(payload, " \t\r\n") >= 0 {
 		return Envelope{}, false
 	}
 	p.i = end
@@ -277,7 +277,7 @@ func (p *canonicalReader) uint() (int, bool) {
 }
 
 // scanCanonicalValue returns the end of the JSON value at b[i] as far as
-// brackets and strings go, or -1; json.Valid then checks it properly.
+// brackets and strings go, or -1; validJSON then checks it properly.
 func scanCanonicalValue(b []byte, i int) int {
 	depth := 0
 	for ; i < len(b); i++ {
