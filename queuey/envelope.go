@@ -250,8 +250,8 @@ func checkEnvelopeTime(t time.Time) string {
 		return "must be set, got the zero time"
 	}
 	// RFC 3339 has four-digit years only.
-	if y := t.UTC().Year(); y < 0 || y > 9999 {
-		return fmt.Sprintf("year %d in UTC is outside 0000 to 9999", y)
+	if !inEnvelopeYears(t) {
+		return fmt.Sprintf("year %d in UTC is outside 0000 to 9999", t.UTC().Year())
 	}
 	return ""
 }

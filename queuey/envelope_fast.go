@@ -152,7 +152,7 @@ func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
 		return Envelope{}, false
 	}
 	payload := body[start:end]
-	if !utf8.Valid(payload) || !validJSON(payload) || bytes.IndexAny(payload, " \t\r\n") >= 0 {
+	if !utf8.Valid(payload) || !validJSON(payload) || hasJSONSpace(payload) {
 		return Envelope{}, false
 	}
 	p.i = end
@@ -187,6 +187,16 @@ func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
 	e.Payload = bytes.Clone(payload)
 	e.Attempt, e.Deferrals, e.Priority, e.EnqueuedAt = attempt, deferrals, uint8(priority), t
 	return e, true
+}
+
+// hasJSONSpace reports whether b holds a byte JSON counts as whitespace.
+func hasJSONSpace(b []byte) bool {
+	for _, c := range b {
+		if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
+			return true
+		}
+	}
+	return false
 }
 
 // interned is a small lossy cache of strings that repeat from one envelope
@@ -316,22 +326,24 @@ func scanCanonicalValue(b []byte, i int) int {
 // envelopeTimeLayout: what t.AppendFormat writes, without its layout
 // interpreter.
 func appendEnvelopeTime(b []byte, t time.Time) []byte {
-	y, mo, d := t.Date()
-	if y < 0 || y > 9999 {
+	if !inEnvelopeYears(t) {
 		return t.AppendFormat(b, envelopeTimeLayout) // unreachable: validate checked the year
 	}
-	h, mi, s := t.Clock()
+	sec := t.Unix()
+	days := floorDiv(sec, 86400)
+	rem := int(sec - days*86400)
+	y, mo, d := civilFromDays(days)
 	b = appendDigits(b, y, 4)
 	b = append(b, '-')
-	b = appendDigits(b, int(mo), 2)
+	b = appendDigits(b, mo, 2)
 	b = append(b, '-')
 	b = appendDigits(b, d, 2)
 	b = append(b, 'T')
-	b = appendDigits(b, h, 2)
+	b = appendDigits(b, rem/3600, 2)
 	b = append(b, ':')
-	b = appendDigits(b, mi, 2)
+	b = appendDigits(b, rem/60%60, 2)
 	b = append(b, ':')
-	b = appendDigits(b, s, 2)
+	b = appendDigits(b, rem%60, 2)
 	b = append(b, '.')
 	b = appendDigits(b, t.Nanosecond(), 9)
 	return append(b, 'Z')
@@ -375,9 +387,9 @@ func parseEnvelopeTime[S string | []byte](s S) (time.Time, bool) {
 	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7) || mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || sec > 59 {
 		return time.Time{}, false
 	}
-	t := time.Date(y, time.Month(mo), d, h, mi, sec, ns, time.UTC)
-	if t.Day() != d || int(t.Month()) != mo {
+	if d > daysIn(y, mo) {
 		return time.Time{}, false // a day the month does not have
 	}
-	return t, true
+	unix := daysFromCivil(y, mo, d)*86400 + int64(h*3600+mi*60+sec)
+	return time.Unix(unix, int64(ns)).UTC(), true
 }
