@@ -185,11 +185,16 @@ func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 	w := waiters.Get().(*waiter)
 	w.queue = queue
 
+	// Uncontended, the lock is taken without a select over ctx.
 	select {
 	case p.lock <- struct{}{}:
-	case <-ctx.Done():
-		p.recycle(w)
-		return ctx.Err()
+	default:
+		select {
+		case p.lock <- struct{}{}:
+		case <-ctx.Done():
+			p.recycle(w)
+			return ctx.Err()
+		}
 	}
 	seq := p.ch.GetNextPublishSeqNo()
 	// The headers table is the publisher's own, reused under the lock: the
@@ -223,6 +228,27 @@ func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 func (p *Publisher) await(ctx context.Context, seq uint64, w *waiter) error {
 	disp := p.disp // nil once the confirm listener has closed: then only wait
 	for {
+		// The common cases first, each without a select over every case:
+		// the outcome is in, or the dispatch token is free.
+		select {
+		case err := <-w.result:
+			p.recycle(w)
+			return err
+		default:
+		}
+		if disp != nil {
+			select {
+			case disp <- struct{}{}:
+				if done, err := p.dispatchHeld(ctx, w, &disp); done {
+					return err
+				}
+				if ctx.Err() != nil {
+					return p.abandon(ctx, seq, w)
+				}
+				continue
+			default:
+			}
+		}
 		select {
 		case err := <-w.result:
 			p.recycle(w)
@@ -230,20 +256,33 @@ func (p *Publisher) await(ctx context.Context, seq uint64, w *waiter) error {
 		case <-ctx.Done():
 			return p.abandon(ctx, seq, w)
 		case disp <- struct{}{}:
-			if p.confirmsClosed {
-				// The channel is closing: the watcher fails w shortly.
-				<-p.disp
-				disp = nil
-				continue
-			}
-			err, done := p.dispatchFor(ctx, w)
-			<-p.disp
-			if done {
-				p.recycle(w)
+			if done, err := p.dispatchHeld(ctx, w, &disp); done {
 				return err
+			}
+			if ctx.Err() != nil {
+				return p.abandon(ctx, seq, w)
 			}
 		}
 	}
+}
+
+// dispatchHeld dispatches for w with the dispatch token the caller has
+// just taken, and gives the token back. done says w's outcome is err (and
+// w has been recycled); otherwise the caller keeps waiting, with *disp set
+// to nil if the confirm listener has closed.
+func (p *Publisher) dispatchHeld(ctx context.Context, w *waiter, disp *chan struct{}) (done bool, err error) {
+	if p.confirmsClosed {
+		// The channel is closing: the watcher fails w shortly.
+		<-p.disp
+		*disp = nil
+		return false, nil
+	}
+	err, done = p.dispatchFor(ctx, w)
+	<-p.disp
+	if done {
+		p.recycle(w)
+	}
+	return done, err
 }
 
 // abandon stops waiting for w because ctx is done: it returns the outcome if
@@ -278,6 +317,31 @@ func (p *Publisher) dispatchFor(ctx context.Context, w *waiter) (err error, done
 		select {
 		case err := <-w.result:
 			return err, true
+		default:
+		}
+		// What has arrived already, without a select over every case:
+		// returns first, as below.
+		if p.returns != nil {
+			select {
+			case r, ok := <-p.returns:
+				if !ok {
+					p.returns = nil // the channel is closing; the watcher will say so
+				} else {
+					p.recordReturn(r)
+				}
+				continue
+			default:
+			}
+		}
+		select {
+		case c, ok := <-p.confirms:
+			if !ok {
+				p.confirmsClosed = true
+				return nil, false
+			}
+			p.drainReturns()
+			p.complete(c)
+			continue
 		default:
 		}
 		select {
