@@ -15,12 +15,17 @@ type death struct {
 	routingKey              string   // routing-keys: this one first,
 	cc                      []string // then these (shared, never modified)
 	originalExpiration      string
+
+	// The header values, boxed once at the death rather than on every
+	// delivery (a string put in an interface allocates).
+	queueV, reasonV, keyV any
 }
 
 // deathSite is where and why a message last died: x-first-death-* and
 // x-last-death-*.
 type deathSite struct {
 	queue, reason, exchange string
+	queueV, reasonV         any // boxed, as in death
 }
 
 // deadLetter removes m from q's custody for reason ("expired", "rejected",
@@ -49,16 +54,21 @@ func (b *Broker) deadLetter(q *queue, m *message, reason string) {
 		copy(m.deaths[1:found+1], m.deaths[:found])
 		m.deaths[0] = d
 	} else {
+		keyV := q.boxedName()
+		if m.routingKey != q.name {
+			keyV = b.box(m.routingKey)
+		}
 		d := death{
 			queue: q.name, reason: reason, exchange: m.exchange, count: 1,
 			time: time.Unix(b.now.Unix(), 0), routingKey: m.routingKey, cc: m.cc,
 			originalExpiration: m.pub.Expiration,
+			queueV:             q.boxedName(), reasonV: boxReason(reason), keyV: keyV,
 		}
 		m.deaths = append(m.deaths, death{})
 		copy(m.deaths[1:], m.deaths)
 		m.deaths[0] = d
 	}
-	this := deathSite{queue: q.name, reason: reason, exchange: m.exchange}
+	this := deathSite{queue: q.name, reason: reason, exchange: m.exchange, queueV: q.boxedName(), reasonV: boxReason(reason)}
 	if !m.died {
 		m.first, m.died = this, true
 	}
@@ -141,14 +151,14 @@ func (b *Broker) deathHeaders(h amqp.Table, m *message) {
 	xd := make([]any, len(m.deaths))
 	for i, d := range m.deaths {
 		keys := make([]any, 1+len(d.cc))
-		keys[0] = b.box(d.routingKey)
+		keys[0] = d.keyV
 		for j, k := range d.cc {
 			keys[1+j] = b.box(k)
 		}
 		e := amqp.Table{
 			"count":        d.count,
-			"reason":       b.box(d.reason),
-			"queue":        b.box(d.queue),
+			"reason":       d.reasonV,
+			"queue":        d.queueV,
 			"time":         b.boxTime(d.time),
 			"exchange":     b.box(d.exchange),
 			"routing-keys": keys,
@@ -159,12 +169,36 @@ func (b *Broker) deathHeaders(h amqp.Table, m *message) {
 		xd[i] = e
 	}
 	h["x-death"] = xd
-	h["x-first-death-reason"] = b.box(m.first.reason)
-	h["x-first-death-queue"] = b.box(m.first.queue)
+	h["x-first-death-reason"] = m.first.reasonV
+	h["x-first-death-queue"] = m.first.queueV
 	h["x-first-death-exchange"] = b.box(m.first.exchange)
-	h["x-last-death-reason"] = b.box(m.last.reason)
-	h["x-last-death-queue"] = b.box(m.last.queue)
+	h["x-last-death-reason"] = m.last.reasonV
+	h["x-last-death-queue"] = m.last.queueV
 	h["x-last-death-exchange"] = b.box(m.last.exchange)
+}
+
+// boxReason boxes a dead-lettering reason: the known ones are constants,
+// which go into an interface without allocating.
+func boxReason(r string) any {
+	switch r {
+	case "expired":
+		return "expired"
+	case "rejected":
+		return "rejected"
+	case "maxlen":
+		return "maxlen"
+	case "delivery_limit":
+		return "delivery_limit"
+	}
+	return r
+}
+
+// boxedName is q's name in an interface, made once.
+func (q *queue) boxedName() any {
+	if q.nameV == nil {
+		q.nameV = q.name
+	}
+	return q.nameV
 }
 
 // maxBoxed bounds the cache of boxed header strings.
@@ -175,6 +209,9 @@ const maxBoxed = 4096
 // delivery of a dead-lettered message, and putting a string in an
 // interface allocates. Strings are immutable, so sharing is invisible.
 func (b *Broker) box(s string) any {
+	if s == "" {
+		return "" // the default exchange's name: a constant, no allocation
+	}
 	if v, ok := b.boxed[s]; ok {
 		return v
 	}

@@ -123,6 +123,7 @@ type queue struct {
 	owner      *Connection // exclusive queues only
 	args       amqp.Table  // as declared, wire form, with x-queue-type injected
 	lastDecl   declaration // the last redeclaration that passed the equivalence check
+	nameV      any         // name in an interface: see boxedName
 	cfg        queueConfig
 	deleted    bool
 
