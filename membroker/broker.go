@@ -75,6 +75,8 @@ type Broker struct {
 
 	unsentBlocked []*consumer // consumers waiting for room in their delivery channel
 	free          []*message  // acknowledged messages whose memory newMessage may reuse
+	queued        int         // outputs held back in connections' out buffers
+	reap          bool        // a closed connection may still be in conns
 	deadLetters   []deadLetterInFlight
 	dlTargets     []*queue // the arena deadLetters' targets are cut from
 	routed        []*queue // Publish's scratch for its targets
@@ -241,22 +243,22 @@ func (b *Broker) pendingOutput() bool {
 	if len(b.unsentBlocked) > 0 {
 		return true
 	}
-	for _, c := range b.conns {
-		if len(c.out) > 0 {
-			return true
-		}
-	}
-	return false
+	return b.queued > 0
 }
 
 // flush hands buffered outputs to their Go channels, connection by
 // connection, in order, stopping at the first that does not fit.
 func (b *Broker) flush() {
+	if b.queued == 0 && !b.reap {
+		return // nothing held back, no closed connection to let go
+	}
+	b.reap = false
 	open := b.conns[:0]
 	for _, c := range b.conns {
 		c.flush()
 		if !c.closed || len(c.out) > 0 {
 			open = append(open, c)
+			b.reap = b.reap || c.closed // let go once its outputs are out
 		}
 	}
 	clear(b.conns[len(open):])

@@ -85,6 +85,7 @@ func (c *Connection) teardown(err *amqp.Error) {
 		return
 	}
 	c.closed = true
+	c.b.reap = true
 	for _, ch := range slices.Clone(c.channels) {
 		ch.teardown(err)
 	}
@@ -143,6 +144,7 @@ func (c *Connection) send(it outItem) {
 		it.cons.pending++
 	}
 	c.out = append(c.out, it)
+	c.b.queued++
 }
 
 func (c *Connection) flush() {
@@ -157,6 +159,7 @@ func (c *Connection) flush() {
 		}
 	}
 	if i > 0 {
+		c.b.queued -= i
 		n := copy(c.out, c.out[i:])
 		clear(c.out[n:])
 		c.out = c.out[:n]
@@ -174,6 +177,7 @@ func (c *Connection) dropDeliveries(cons *consumer) {
 		kept = append(kept, it)
 	}
 	clear(c.out[len(kept):])
+	c.b.queued -= len(c.out) - len(kept)
 	c.out = kept
 	cons.pending = 0
 }

@@ -656,3 +656,79 @@ func TestAckThroughDeliveryAcknowledger(t *testing.T) {
 		t.Errorf("dlq (-want +got):\n%s", diff)
 	}
 }
+
+// wantQueuedCount checks the broker's count of held-back outputs against
+// its connections' buffers: flush skips its walk when the count is zero.
+func wantQueuedCount(t *testing.T, b *Broker) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, c := range b.conns {
+		n += len(c.out)
+	}
+	if b.queued != n {
+		t.Fatalf("broker counts %d held-back outputs, its connections hold %d", b.queued, n)
+	}
+}
+
+// Outputs held back because a listener's channel is full are counted while
+// they wait, handed over as it drains, and dropped with their connection.
+func TestHeldBackOutputsAreCounted(t *testing.T) {
+	e := newEnv(t, RabbitMQ40)
+	e.declare("q", nil)
+	ch := e.channel()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1))
+	for i := range 5 {
+		if err := ch.Publish("", "q", false, false, amqp.Publishing{Body: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+		wantQueuedCount(t, e.b)
+	}
+	e.b.mu.Lock()
+	held := e.b.queued
+	e.b.mu.Unlock()
+	if held != 4 {
+		t.Fatalf("%d outputs held back, want the 4 confirms that do not fit", held)
+	}
+	for range 2 {
+		<-confirms
+		if _, err := ch.QueueDeclarePassive("q", false, false, false, false, nil); err != nil {
+			t.Fatal(err) // any call hands over what fits now
+		}
+		wantQueuedCount(t, e.b)
+	}
+	if err := e.conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantQueuedCount(t, e.b)
+	// What the closed connection still holds is handed over as its
+	// listener drains, on later calls into the broker, and then the
+	// connection is let go.
+	other, err := e.b.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for open := true; open; {
+		select {
+		case _, open = <-confirms:
+		default:
+			if _, err := other.Channel(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantQueuedCount(t, e.b)
+	}
+	if _, err := other.Channel(); err != nil {
+		t.Fatal(err)
+	}
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	if e.b.queued != 0 || len(e.b.conns) != 1 {
+		t.Fatalf("after the close: %d outputs held back, %d connections kept", e.b.queued, len(e.b.conns))
+	}
+}
