@@ -87,14 +87,12 @@ func (r *runner) finish() *Result {
 	}
 	res.Virtual = Duration(now)
 
-	nums := make([]uint64, 0, len(r.jobs))
-	for n := range r.jobs {
-		nums = append(nums, n)
-	}
+	nums := make([]uint64, 0, r.jobs.len())
+	r.jobs.each(func(n uint64, _ *job) { nums = append(nums, n) })
 	sort.Slice(nums, func(a, b int) bool { return nums[a] < nums[b] })
 	copies := 0
 	for _, n := range nums {
-		j := r.jobs[n]
+		j := r.jobs.get(n)
 		copies += max(j.copies, 0)
 		if j.ended > 0 {
 			continue

@@ -202,7 +202,7 @@ type runner struct {
 	producer     *queuey.Producer
 	admin        *membroker.Channel // malformed bodies, refused holds, dead-letter audits
 
-	jobs    map[uint64]*job
+	jobs    jobTable
 	nextJob uint64
 
 	rec *recorder
@@ -348,7 +348,6 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 		byName:    map[string]*simQueue{},
 		holdNames: map[string]queueRole{},
 		squatted:  map[string]bool{},
-		jobs:      map[uint64]*job{},
 		subs:      map[string]*subscription{},
 		rec:       newRecorder(opts.Trace),
 		res:       newResult(s),
@@ -689,7 +688,7 @@ func (r *runner) emit(e Event) {
 }
 
 // job returns the live job n, or nil.
-func (r *runner) job(n uint64) *job { return r.jobs[n] }
+func (r *runner) job(n uint64) *job { return r.jobs.get(n) }
 
 // jobNumber parses a message id "j<n>".
 func jobNumber(id string) uint64 {
@@ -795,7 +794,7 @@ func (r *runner) arrive(q *simQueue, rj *ReplayJob) {
 	if j.poison {
 		r.res.Jobs.Poison++
 	}
-	r.jobs[n] = j
+	r.jobs.put(n, j)
 	j.expect = append(j.expect, expectation{attempt: 1, notBefore: r.now()})
 	r.emit(Event{Kind: EvArrive, Job: n, Queue: q.spec.Name, Worker: -1})
 	if _, err := r.producer.Enqueue(r.bg, simJob{queue: q.spec.Name, N: n}); err != nil {
@@ -901,7 +900,7 @@ func (r *runner) complete(d *simDelivery) {
 	if sub.dead || w.gen != d.gen {
 		return // the process died with its handlers
 	}
-	if r.jobs[n] != j {
+	if r.jobs.get(n) != j {
 		// Its connection dropped under it and the broker's redelivery of
 		// it has ended the job since: nothing this handler could publish
 		// or acknowledge would reach the broker.
@@ -1077,7 +1076,7 @@ func deadKey(reason string) string {
 // retire forgets a job that has ended and has no copy left.
 func (r *runner) retire(j *job) {
 	if j.ended > 0 && j.copies == 0 && len(j.deadWant) == 0 && len(j.holds) == 0 && len(j.delivered) == 0 {
-		delete(r.jobs, j.n)
+		r.jobs.remove(j.n)
 		if len(r.freeJobs) < 1024 {
 			expect, holds, delivered := j.expect[:0], j.holds[:0], j.delivered[:0]
 			*j = job{expect: expect, holds: holds, delivered: delivered}
