@@ -1243,6 +1243,7 @@ func settleFailure(err error) string {
 }
 
 func (r *runner) close() {
+	r.rec.stop()
 	for _, q := range r.queues {
 		for _, w := range q.workers {
 			if w.back != nil {

@@ -135,7 +135,9 @@ func appendVirtual(b []byte, d time.Duration) []byte {
 }
 
 // recorder hashes every event's binary form and, when asked, writes its
-// text form.
+// text form. Full buffers of records are hashed on a goroutine of their
+// own, in order, so the hashing runs on the other core; the hash is the
+// same as hashing everything inline.
 type recorder struct {
 	h      hash.Hash
 	buf    []byte // binary records waiting to be hashed
@@ -143,15 +145,66 @@ type recorder struct {
 	line   []byte
 	events uint64
 	werr   error
+
+	full   chan []byte   // to the hasher; nil until the first buffer fills
+	free   chan []byte   // hashed buffers, back for reuse
+	hashed chan struct{} // closed when the hasher has hashed all it was given
 }
 
+const (
+	recordBuffer = 64 << 10 // bytes of records per buffer
+	recordSpare  = 2        // buffers besides the one being filled
+)
+
 func newRecorder(w io.Writer) *recorder {
-	return &recorder{h: sha256.New(), buf: make([]byte, 0, 64<<10), w: w}
+	return &recorder{h: sha256.New(), buf: make([]byte, 0, recordBuffer), w: w}
+}
+
+// handOff gives b, full, to the hasher and returns an empty buffer.
+func (r *recorder) handOff(b []byte) []byte {
+	if r.full == nil {
+		r.full = make(chan []byte, recordSpare)
+		r.free = make(chan []byte, recordSpare+1)
+		r.hashed = make(chan struct{})
+		for range recordSpare {
+			r.free <- make([]byte, 0, recordBuffer)
+		}
+		go func(h hash.Hash, full <-chan []byte, free chan<- []byte, hashed chan<- struct{}) {
+			defer close(hashed)
+			for b := range full {
+				h.Write(b)
+				free <- b[:0]
+			}
+		}(r.h, r.full, r.free, r.hashed)
+	}
+	r.full <- b
+	return <-r.free
+}
+
+// stop waits for the hasher to hash what it was given and lets it end.
+func (r *recorder) stop() {
+	if r.full != nil {
+		close(r.full)
+		<-r.hashed
+		r.full = nil
+	}
 }
 
 func (r *recorder) record(e *Event) {
 	r.events++
-	b := r.buf
+	b := appendRecord(r.buf, e)
+	if len(b) > recordBuffer-4<<10 {
+		b = r.handOff(b)
+	}
+	r.buf = b
+	if r.w != nil && r.werr == nil {
+		r.line = append(e.AppendText(r.line[:0]), '\n')
+		_, r.werr = r.w.Write(r.line)
+	}
+}
+
+// appendRecord appends e's binary form, the bytes the trace hash covers.
+func appendRecord(b []byte, e *Event) []byte {
 	b = binary.AppendVarint(b, int64(e.At))
 	b = append(b, byte(e.Kind), e.Priority)
 	b = binary.AppendUvarint(b, e.Job)
@@ -164,20 +217,12 @@ func (r *recorder) record(e *Event) {
 	b = binary.AppendVarint(b, int64(e.TTL))
 	b = binary.AppendVarint(b, int64(e.Late))
 	b = binary.AppendUvarint(b, uint64(len(e.Detail)))
-	b = append(b, e.Detail...)
-	if len(b) > 60<<10 {
-		r.h.Write(b)
-		b = b[:0]
-	}
-	r.buf = b
-	if r.w != nil && r.werr == nil {
-		r.line = append(e.AppendText(r.line[:0]), '\n')
-		_, r.werr = r.w.Write(r.line)
-	}
+	return append(b, e.Detail...)
 }
 
 // sum returns the trace hash in hex.
 func (r *recorder) sum() string {
+	r.stop()
 	r.h.Write(r.buf)
 	r.buf = r.buf[:0]
 	return hex.EncodeToString(r.h.Sum(nil))
