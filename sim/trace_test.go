@@ -14,7 +14,7 @@ func TestRecorderHashesEverythingInOrder(t *testing.T) {
 	rec := newRecorder(nil)
 	ref := sha256.New()
 	var b []byte
-	for i := range 50000 {
+	for i := range 100000 {
 		e := Event{At: time.Duration(i) * time.Millisecond, Kind: EventKind(i % 7), Job: uint64(i), Queue: "emails", Worker: i % 4, Detail: "ok"}
 		rec.record(&e)
 		b = appendRecord(b[:0], &e)
