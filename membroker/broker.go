@@ -349,30 +349,36 @@ func (b *Broker) dropExpired(q *queue) {
 	b.schedule(at, evHeadExpiry, q)
 }
 
-// newMessage builds the stored form of a publishing, reusing an acknowledged
-// message's memory when one is free.
-func (b *Broker) newMessage(exchange, key string, pub amqp.Publishing) *message {
+// newMessage builds the stored form of a publishing whose headers, in wire
+// form, are fields, reusing an acknowledged message's memory when one is
+// free.
+func (b *Broker) newMessage(exchange, key string, pub amqp.Publishing, fields []field) *message {
 	var m *message
+	pub.Headers = nil // kept as m.headers
 	if n := len(b.free); n > 0 {
 		m = b.free[n-1]
 		b.free[n-1] = nil
 		b.free = b.free[:n-1]
-		body, headers, deaths := m.pub.Body[:0], m.pub.Headers, m.deaths[:0]
-		*m = message{exchange: exchange, routingKey: key, pub: pub, deaths: deaths}
+		body, headers, deaths := m.pub.Body[:0], m.headers[:0], m.deaths[:0]
+		*m = message{exchange: exchange, routingKey: key, pub: pub, deaths: deaths, headers: headers}
 		m.pub.Body = append(body, pub.Body...)
-		m.pub.Headers = wireTableInto(headers, pub.Headers)
 	} else {
 		m = &message{exchange: exchange, routingKey: key, pub: pub}
 		m.pub.Body = append([]byte(nil), pub.Body...)
-		m.pub.Headers = wireTable(pub.Headers)
+	}
+	m.hadHeaders = len(fields) > 0
+	for _, f := range fields {
+		switch f.key {
+		case "CC":
+			m.cc = stringList(f.val)
+		case "BCC":
+			m.bcc = stringList(f.val)
+			continue // routes, and is never delivered
+		}
+		m.headers = append(m.headers, f)
 	}
 	m.pub.Timestamp = wireTimestamp(pub.Timestamp)
 	m.persistent = pub.DeliveryMode == amqp.Persistent
-	if h := m.pub.Headers; h != nil {
-		m.cc = stringList(h["CC"])
-		m.bcc = stringList(h["BCC"])
-		delete(h, "BCC")
-	}
 	return m
 }
 

@@ -427,7 +427,9 @@ func (ch *Channel) PublishWithContext(ctx context.Context, exchange, key string,
 // still confirmed. A named exchange is a 404, an invalid expiration a 406:
 // both close the channel, and Publish itself returns nil, as on the wire.
 func (ch *Channel) Publish(exchange, key string, mandatory, immediate bool, msg amqp.Publishing) error {
-	if err := msg.Headers.Validate(); err != nil {
+	var local [8]field
+	fields, err := wireFields(local[:0], msg.Headers)
+	if err != nil {
 		return err
 	}
 	if err := checkShortstr("exchange name", exchange); err != nil {
@@ -468,7 +470,7 @@ func (ch *Channel) Publish(exchange, key string, mandatory, immediate bool, msg 
 		ch.fail(preconditionFailed("user_id property set to '%s' but authenticated user was 'guest'", msg.UserId))
 		return nil
 	}
-	m := b.newMessage("", key, msg)
+	m := b.newMessage("", key, msg, fields)
 	// Publish's scratch is free again once deliverTo returns; nothing it
 	// calls publishes.
 	targets := b.route(b.routed[:0], key, m.cc, m.bcc)
@@ -477,7 +479,7 @@ func (ch *Channel) Publish(exchange, key string, mandatory, immediate bool, msg 
 		r := amqp.Return{
 			ReplyCode: amqp.NoRoute, ReplyText: "NO_ROUTE", Exchange: exchange, RoutingKey: key,
 			ContentType: m.pub.ContentType, ContentEncoding: m.pub.ContentEncoding,
-			Headers: copyTable(m.pub.Headers, 0), DeliveryMode: m.pub.DeliveryMode, Priority: m.pub.Priority,
+			Headers: m.headerTable(0), DeliveryMode: m.pub.DeliveryMode, Priority: m.pub.Priority,
 			CorrelationId: m.pub.CorrelationId, ReplyTo: m.pub.ReplyTo, Expiration: m.pub.Expiration,
 			MessageId: m.pub.MessageId, Timestamp: m.pub.Timestamp, Type: m.pub.Type,
 			UserId: m.pub.UserId, AppId: m.pub.AppId, Body: m.pub.Body,
@@ -775,7 +777,7 @@ func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
 	// delivery count.
 	quorumCount := q.isQuorum() && (m.acquired > 0 || (b.version == RabbitMQ40 && m.failed > 0))
 	if len(m.deaths) == 0 && !quorumCount {
-		return copyTable(m.pub.Headers, 0)
+		return m.headerTable(0)
 	}
 	// Exactly the entries to come: a map for at most 8 stays one group.
 	extra := 0
@@ -785,7 +787,7 @@ func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
 	if len(m.deaths) > 0 {
 		extra += 7 // x-death and the x-first/last-death-* headers
 	}
-	h := copyTable(m.pub.Headers, extra)
+	h := m.headerTable(extra)
 	if h == nil {
 		h = make(amqp.Table, extra)
 	}

@@ -349,3 +349,31 @@ func TestPublishWithCancelledContext(t *testing.T) {
 	}
 	qqWantReady(e, "q", 1, 0)
 }
+
+// A header the client library cannot encode is refused before anything is
+// sent, with amqp091's own error, whether it sits at the top of the table
+// or nested; nothing is published and no sequence number is used.
+func TestPublishRefusesUnsupportedHeaderValues(t *testing.T) {
+	e := newEnv(t, RabbitMQ40)
+	e.declare("q", nil)
+	if err := e.ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []amqp.Table{
+		{"ok": "v", "bad": struct{}{}},
+		{"ok": uint32(7), "nested": amqp.Table{"bad": []any{uint64(1)}}},
+	} {
+		err := e.ch.Publish("", "q", false, false, amqp.Publishing{Headers: h, Body: []byte("x")})
+		if err == nil || err.Error() != h.Validate().Error() {
+			t.Fatalf("publish with %v: error %v, want amqp091's %v", h, err, h.Validate())
+		}
+	}
+	if n := e.ch.GetNextPublishSeqNo(); n != 1 {
+		t.Fatalf("next publish sequence number %d after refused publishes, want 1", n)
+	}
+	qqWantReady(e, "q", 0, 0)
+	e.publish("q", "m", amqp.Publishing{Headers: amqp.Table{"u16": uint16(3), "u32": uint32(4)}})
+	if d := qqMustGet(e, "q"); !cmp.Equal(d.Headers, amqp.Table{"u16": uint16(3), "u32": uint32(4)}) {
+		t.Fatalf("headers %v", d.Headers)
+	}
+}

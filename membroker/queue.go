@@ -12,8 +12,10 @@ type message struct {
 	id         uint64 // broker-wide enqueue sequence: original position (classic), Raft index (quorum)
 	exchange   string
 	routingKey string
-	cc, bcc    []string // extra routes from the CC and BCC headers
-	pub        amqp.Publishing
+	cc, bcc    []string        // extra routes from the CC and BCC headers
+	pub        amqp.Publishing // without Headers: see headers
+	headers    []field         // in wire form, without BCC
+	hadHeaders bool            // published with a non-empty table
 	persistent bool
 	expiry     time.Time
 	hasExpiry  bool

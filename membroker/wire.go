@@ -24,21 +24,6 @@ func wireTable(t amqp.Table) amqp.Table {
 	return out
 }
 
-// wireTableInto is wireTable reusing dst's storage when t has entries.
-func wireTableInto(dst, t amqp.Table) amqp.Table {
-	if len(t) == 0 {
-		return nil
-	}
-	if dst == nil {
-		return wireTable(t)
-	}
-	clear(dst)
-	for k, v := range t {
-		dst[k] = wireValue(v)
-	}
-	return dst
-}
-
 func wireValue(v any) any {
 	switch x := v.(type) {
 	case int:
@@ -62,6 +47,51 @@ func wireValue(v any) any {
 	default:
 		return v
 	}
+}
+
+// field is one header of a stored message, in wire form. Messages keep
+// their headers as a slice: building a delivery's table from it needs no
+// walk over a map.
+type field struct {
+	key string
+	val any
+}
+
+// wireFields appends t's entries to dst in wire form, or returns the error
+// t.Validate gives (the client library refuses such a table before
+// sending anything). Tables of plain values are checked on the way, in one
+// walk; Validate runs only for nested or unsupported values, so an error
+// reads exactly as amqp091's.
+func wireFields(dst []field, t amqp.Table) ([]field, error) {
+	nested := false
+	for k, v := range t {
+		switch v.(type) {
+		case nil, bool, byte, int8, int, int16, int32, int64, uint16, uint32, float32, float64, string, []byte, amqp.Decimal, time.Time:
+		default:
+			nested = true
+		}
+		dst = append(dst, field{k, wireValue(v)})
+	}
+	if nested {
+		if err := t.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return dst, nil
+}
+
+// headerTable builds a delivery's header table from m's headers, with room
+// for extra more entries: nil if it was published without headers, empty
+// if its only header was BCC.
+func (m *message) headerTable(extra int) amqp.Table {
+	if len(m.headers) == 0 && !m.hadHeaders {
+		return nil
+	}
+	h := make(amqp.Table, len(m.headers)+extra)
+	for _, f := range m.headers {
+		h[f.key] = copyValue(f.val)
+	}
+	return h
 }
 
 // copyTable returns a deep copy of a table already in wire form, so that a
