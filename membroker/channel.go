@@ -685,7 +685,8 @@ func (ch *Channel) Get(queue string, autoAck bool) (amqp.Delivery, bool, error) 
 		if m == nil {
 			return amqp.Delivery{}, false, nil
 		}
-		d := ch.handOut(q, nil, m, autoAck)
+		var d amqp.Delivery
+		ch.handOut(&d, q, nil, m, autoAck)
 		b.dropExpired(q)
 		d.MessageCount = uint32(q.ready)
 		return d, true, nil
@@ -696,7 +697,8 @@ func (ch *Channel) Get(queue string, autoAck bool) (amqp.Delivery, bool, error) 
 		b.armHeadExpiry(q)
 		return amqp.Delivery{}, false, nil
 	}
-	d := ch.handOut(q, nil, m, autoAck)
+	var d amqp.Delivery
+	ch.handOut(&d, q, nil, m, autoAck)
 	if q.isQuorum() && !autoAck {
 		// rabbit_fifo reports messages_ready right after the checkout:
 		// expired messages now at the head still count until reaped. (A
@@ -717,9 +719,13 @@ func (ch *Channel) Get(queue string, autoAck bool) (amqp.Delivery, bool, error) 
 // from the service queue); a classic queue finds out only when it next tries
 // to deliver to it, which is visible in who goes first once acks free them.
 func (b *Broker) deliver(q *queue, c *consumer, m *message) {
-	d := c.ch.handOut(q, c, m, c.autoAck)
-	d.ConsumerTag = c.tag
-	c.ch.conn.send(outItem{kind: outDelivery, cons: c, d: d})
+	// Built in place: a delivery is a few hundred bytes, copied once more
+	// into the Go channel.
+	var it outItem
+	it.kind, it.cons = outDelivery, c
+	c.ch.handOut(&it.d, q, c, m, c.autoAck)
+	it.d.ConsumerTag = c.tag
+	c.ch.conn.sendItem(&it)
 	if len(q.consumers) == 0 || q.consumers[0] != c {
 		return
 	}
@@ -733,8 +739,8 @@ func (b *Broker) deliver(q *queue, c *consumer, m *message) {
 }
 
 // handOut records an unacknowledged delivery (unless autoAck) and builds what
-// the client sees.
-func (ch *Channel) handOut(q *queue, c *consumer, m *message, autoAck bool) amqp.Delivery {
+// the client sees in d.
+func (ch *Channel) handOut(d *amqp.Delivery, q *queue, c *consumer, m *message, autoAck bool) {
 	ch.tagSeq++
 	tag := ch.tagSeq
 	if !autoAck {
@@ -747,7 +753,7 @@ func (ch *Channel) handOut(q *queue, c *consumer, m *message, autoAck bool) amqp
 		}
 	}
 	p := &m.pub
-	d := amqp.Delivery{
+	*d = amqp.Delivery{
 		Acknowledger: ch, Headers: ch.b.headersOf(q, m),
 		ContentType: p.ContentType, ContentEncoding: p.ContentEncoding, DeliveryMode: p.DeliveryMode,
 		Priority: p.Priority, CorrelationId: p.CorrelationId, ReplyTo: p.ReplyTo,
@@ -765,7 +771,6 @@ func (ch *Channel) handOut(q *queue, c *consumer, m *message, autoAck bool) amqp
 		ch.b.observer(Event{Kind: EventDelivered, Queue: q.name, MessageID: p.MessageId, Priority: p.Priority,
 			ConsumerTag: tagName, Redelivered: d.Redelivered})
 	}
-	return d
 }
 
 // headersOf builds a delivery's header table: the message's own headers,

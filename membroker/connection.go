@@ -136,14 +136,17 @@ type outItem struct {
 
 // send hands it over now if nothing is waiting ahead of it and its channel
 // has room, and queues it otherwise. It never blocks.
-func (c *Connection) send(it outItem) {
-	if len(c.out) == 0 && trySend(&it) {
+func (c *Connection) send(it outItem) { c.sendItem(&it) }
+
+// sendItem is send for an item the caller built in place.
+func (c *Connection) sendItem(it *outItem) {
+	if len(c.out) == 0 && trySend(it) {
 		return
 	}
 	if it.kind == outDelivery {
 		it.cons.pending++
 	}
-	c.out = append(c.out, it)
+	c.out = append(c.out, *it)
 	c.b.queued++
 }
 

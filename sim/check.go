@@ -12,13 +12,13 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// receiveNow takes a delivery already on c, if there is one.
-func receiveNow(c <-chan amqp.Delivery) (amqp.Delivery, bool) {
+// receiveNow takes a delivery already on c into d, if there is one.
+func receiveNow(d *amqp.Delivery, c <-chan amqp.Delivery) (ok bool) {
 	select {
-	case d, ok := <-c:
-		return d, ok
+	case *d, ok = <-c:
+		return ok
 	default:
-		return amqp.Delivery{}, false
+		return false
 	}
 }
 
@@ -415,9 +415,9 @@ func (r *runner) checkDecision(j *job, env queuey.Envelope, out outcome, dec que
 // audit consumes what reached q's dead-letter queue and checks each dead
 // letter's reason and headers (8).
 func (r *runner) audit(q *simQueue) {
+	var d amqp.Delivery
 	for {
-		var d, ok = receiveNow(q.audit)
-		if !ok {
+		if !receiveNow(&d, q.audit) {
 			return
 		}
 		reason, hasReason := d.Headers[rabbitmq.HeaderDeathReason].(string)

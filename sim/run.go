@@ -608,8 +608,9 @@ func (r *runner) pump() {
 			r.ready[i] = nil
 			for sub.pending > 0 {
 				sub.pending--
-				d, ok := receiveNow(sub.in)
-				if !ok {
+				sd := r.newDelivery()
+				if !receiveNow(&sd.d, sub.in) {
+					r.recycle(sd)
 					if sub.dead || sub.ch.IsClosed() {
 						sub.pending = 0 // the broker took them back with the channel
 						break
@@ -617,8 +618,6 @@ func (r *runner) pump() {
 					r.failf("consumer %s: a delivery the broker reported is not on its channel", sub.tag)
 					return
 				}
-				sd := r.newDelivery()
-				sd.d = d
 				r.begin(sub.w, sub, sd)
 			}
 		}
@@ -1162,9 +1161,9 @@ func (r *runner) noteRequeues(w *worker) {
 	// connection closes. Deliveries the worker has not taken yet go back
 	// with the connection too.
 	r.broker.Queue(w.q.spec.Name)
+	var d amqp.Delivery
 	for w.sub.pending > 0 {
-		d, ok := receiveNow(w.sub.in)
-		if !ok {
+		if !receiveNow(&d, w.sub.in) {
 			break
 		}
 		w.sub.pending--
