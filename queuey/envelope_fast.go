@@ -333,29 +333,36 @@ func appendEnvelopeTime(b []byte, t time.Time) []byte {
 	days := floorDiv(sec, 86400)
 	rem := int(sec - days*86400)
 	y, mo, d := civilFromDays(days)
-	b = appendDigits(b, y, 4)
-	b = append(b, '-')
-	b = appendDigits(b, mo, 2)
-	b = append(b, '-')
-	b = appendDigits(b, d, 2)
-	b = append(b, 'T')
-	b = appendDigits(b, rem/3600, 2)
-	b = append(b, ':')
-	b = appendDigits(b, rem/60%60, 2)
-	b = append(b, ':')
-	b = appendDigits(b, rem%60, 2)
-	b = append(b, '.')
-	b = appendDigits(b, t.Nanosecond(), 9)
-	return append(b, 'Z')
+	// Written into a fixed buffer, two digits at a time.
+	var buf [30]byte
+	put2(buf[0:], y/100)
+	put2(buf[2:], y%100)
+	buf[4] = '-'
+	put2(buf[5:], mo)
+	buf[7] = '-'
+	put2(buf[8:], d)
+	buf[10] = 'T'
+	put2(buf[11:], rem/3600)
+	buf[13] = ':'
+	put2(buf[14:], rem/60%60)
+	buf[16] = ':'
+	put2(buf[17:], rem%60)
+	buf[19] = '.'
+	ns := t.Nanosecond()
+	buf[20] = byte('0' + ns/1e8)
+	ns %= 1e8
+	put2(buf[21:], ns/1e6)
+	put2(buf[23:], ns/1e4%100)
+	put2(buf[25:], ns/100%100)
+	put2(buf[27:], ns%100)
+	buf[29] = 'Z'
+	return append(b, buf[:]...)
 }
 
-func appendDigits(b []byte, v, width int) []byte {
-	var buf [9]byte
-	for i := width - 1; i >= 0; i-- {
-		buf[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return append(b, buf[:width]...)
+// put2 writes v, 0 to 99, as two digits.
+func put2(b []byte, v int) {
+	const digits = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
+	b[0], b[1] = digits[2*v], digits[2*v+1]
 }
 
 // parseEnvelopeTime reads a time exactly as appendEnvelopeTime writes it

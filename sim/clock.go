@@ -43,13 +43,17 @@ var _ clock.Clock = (*Clock)(nil)
 type timer struct {
 	at  time.Duration // since the clock's start
 	seq uint64
-	fn  func()
-	f   firer // instead of fn: scheduling a method needs no closure
+	f   firer
 }
 
-// firer is something the simulation schedules without allocating a
-// closure for it.
+// firer is something the simulation schedules: a method needs no closure.
 type firer interface{ fire() }
+
+// funcFirer schedules a plain function (a func is pointer-shaped: putting
+// one in an interface does not allocate).
+type funcFirer func()
+
+func (f funcFirer) fire() { f() }
 
 func timerBefore(a, b *timer) bool {
 	if a.at != b.at {
@@ -107,13 +111,7 @@ func (h *timerHeap) Pop() timer {
 	return top
 }
 
-func (t *timer) run() {
-	if t.fn != nil {
-		t.fn()
-		return
-	}
-	t.f.fire()
-}
+func (t *timer) run() { t.f.fire() }
 
 // afterFire schedules f.fire to run d from now.
 func (c *Clock) afterFire(d time.Duration, f firer) {
@@ -125,7 +123,7 @@ func (c *Clock) afterFire(d time.Duration, f firer) {
 // RunUntil, when d <= 0).
 func (c *Clock) schedule(d time.Duration, fn func()) {
 	c.seq++
-	c.timers.Push(timer{at: c.now + max(d, 0), seq: c.seq, fn: fn})
+	c.timers.Push(timer{at: c.now + max(d, 0), seq: c.seq, f: funcFirer(fn)})
 }
 
 // RunUntil moves time to t, firing every timer due by then in order, each

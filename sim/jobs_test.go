@@ -76,3 +76,14 @@ func TestJobTableWindowIsBounded(t *testing.T) {
 		t.Fatalf("the old job is lost: get(1) = %p, len %d", tab.get(1), tab.len())
 	}
 }
+
+func TestJobNumber(t *testing.T) {
+	for id, want := range map[string]uint64{
+		"j1": 1, "j1234567890": 1234567890, "j9999999999999999999": 9999999999999999999,
+		"": 0, "j": 0, "x12": 0, "j12a": 0, "j-1": 0, "j+1": 0, "m12": 0, "j99999999999999999999": 0,
+	} {
+		if got := jobNumber(id); got != want {
+			t.Errorf("jobNumber(%q) = %d, want %d", id, got, want)
+		}
+	}
+}

@@ -691,12 +691,17 @@ func (r *runner) job(n uint64) *job { return r.jobs.get(n) }
 
 // jobNumber parses a message id "j<n>".
 func jobNumber(id string) uint64 {
-	if len(id) < 2 || id[0] != 'j' {
+	// The simulation names its jobs itself: at most 19 digits, no sign.
+	if len(id) < 2 || len(id) > 20 || id[0] != 'j' {
 		return 0
 	}
-	n, err := strconv.ParseUint(id[1:], 10, 64)
-	if err != nil {
-		return 0
+	var n uint64
+	for i := 1; i < len(id); i++ {
+		c := id[i]
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + uint64(c-'0')
 	}
 	return n
 }
