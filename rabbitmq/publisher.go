@@ -229,12 +229,12 @@ func (p *Publisher) await(ctx context.Context, seq uint64, w *waiter) error {
 	disp := p.disp // nil once the confirm listener has closed: then only wait
 	for {
 		// The common cases first, each without a select over every case:
-		// the outcome is in, or the dispatch token is free.
-		select {
-		case err := <-w.result:
+		// the outcome is in (len of a buffered channel takes no lock), or
+		// the dispatch token is free.
+		if len(w.result) > 0 {
+			err := <-w.result
 			p.recycle(w)
 			return err
-		default:
 		}
 		if disp != nil {
 			select {
@@ -314,35 +314,23 @@ func (p *Publisher) abandon(ctx context.Context, seq uint64, w *waiter) error {
 // always recorded before the confirm of its publish completes.
 func (p *Publisher) dispatchFor(ctx context.Context, w *waiter) (err error, done bool) {
 	for {
-		select {
-		case err := <-w.result:
-			return err, true
-		default:
+		// What has arrived already is taken without a select: len of a
+		// buffered channel takes no lock, and the holder of the dispatch
+		// token is the only reader of confirms and returns. A return the
+		// client library handed over before a confirm is already counted
+		// in len(p.returns) once that confirm is received.
+		if len(w.result) > 0 {
+			return <-w.result, true
 		}
-		// What has arrived already, without a select over every case:
-		// returns first, as below.
-		if p.returns != nil {
-			select {
-			case r, ok := <-p.returns:
-				if !ok {
-					p.returns = nil // the channel is closing; the watcher will say so
-				} else {
-					p.recordReturn(r)
-				}
-				continue
-			default:
-			}
-		}
-		select {
-		case c, ok := <-p.confirms:
-			if !ok {
-				p.confirmsClosed = true
-				return nil, false
-			}
-			p.drainReturns()
-			p.complete(c)
+		if len(p.returns) > 0 {
+			p.recordReturn(<-p.returns)
 			continue
-		default:
+		}
+		if len(p.confirms) > 0 {
+			if err, done := p.dispatchConfirm(<-p.confirms, w); done {
+				return err, true
+			}
+			continue
 		}
 		select {
 		case r, ok := <-p.returns:
@@ -356,12 +344,31 @@ func (p *Publisher) dispatchFor(ctx context.Context, w *waiter) (err error, done
 				p.confirmsClosed = true
 				return nil, false
 			}
-			p.drainReturns()
-			p.complete(c)
+			if err, done := p.dispatchConfirm(c, w); done {
+				return err, true
+			}
 		case <-ctx.Done():
 			return nil, false
 		}
 	}
+}
+
+// dispatchConfirm records the returns handed over before c, then completes
+// c's publish: done says it was w's, with outcome err, which is returned
+// rather than sent.
+func (p *Publisher) dispatchConfirm(c amqp.Confirmation, w *waiter) (err error, done bool) {
+	if len(p.returns) > 0 {
+		p.drainReturns()
+	}
+	target, err := p.complete(c)
+	switch target {
+	case nil:
+		return nil, false
+	case w:
+		return err, true
+	}
+	p.send(target, err)
+	return nil, false
 }
 
 // Close closes the Publisher and its channel and waits for the watcher to
@@ -497,7 +504,9 @@ func (p *Publisher) drainConfirms() {
 				return
 			}
 			p.drainReturns()
-			p.complete(c)
+			if w, err := p.complete(c); w != nil {
+				p.send(w, err)
+			}
 		default:
 			return
 		}
@@ -524,25 +533,26 @@ func (p *Publisher) recordReturn(r amqp.Return) {
 	}
 }
 
-func (p *Publisher) complete(c amqp.Confirmation) {
+// complete takes c's waiter out of the table and returns it with its
+// outcome, for the caller to hand over; nil if nobody waits for c.
+func (p *Publisher) complete(c amqp.Confirmation) (w *waiter, err error) {
 	p.mu.Lock()
-	w := p.pending[c.DeliveryTag]
+	w = p.pending[c.DeliveryTag]
 	delete(p.pending, c.DeliveryTag)
 	p.mu.Unlock()
 	if w == nil {
 		if !c.Ack {
 			p.logger.Warn("rabbitmq: publish nacked after its caller stopped waiting", "publish_id", c.DeliveryTag)
 		}
-		return
+		return nil, nil
 	}
-	var err error
 	switch {
 	case !c.Ack:
 		err = fmt.Errorf("%w: publish to queue %q (publish id %d)", ErrNacked, w.queue, c.DeliveryTag)
 	case w.returned != nil:
 		err = w.returned
 	}
-	p.send(w, err)
+	return w, err
 }
 
 // shutdown closes the Publisher: every waiter in flight, and every later
