@@ -161,7 +161,8 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 		if err := checkEquivalent(q, durable, autoDelete, args); err != nil {
 			return amqp.Queue{}, ch.fail(err)
 		}
-		q.lastDecl = declaration{durable: durable, autoDelete: autoDelete, args: wireTable(raw), ok: true}
+		fields, _ := wireFields(q.lastDecl.args[:0], raw) // raw passed Validate above
+		q.lastDecl = declaration{durable: durable, autoDelete: autoDelete, args: fields, ok: true}
 		return ch.redeclared(q, noWait), nil
 	}
 	cfg, aerr := validateNew(name, durable, autoDelete, exclusive, args, b.version)

@@ -42,7 +42,7 @@ type message struct {
 type declaration struct {
 	ok                  bool
 	durable, autoDelete bool
-	args                amqp.Table
+	args                []field
 }
 
 // declaredLike reports whether durable, autoDelete and args are what q's
@@ -53,9 +53,11 @@ func (q *queue) declaredLike(durable, autoDelete bool, args amqp.Table) bool {
 	if !d.ok || d.durable != durable || d.autoDelete != autoDelete || len(d.args) != len(args) {
 		return false
 	}
-	for k, v := range args {
-		w, ok := d.args[k]
-		if !ok || !sameArg(wireValue(v), w) {
+	// Same size, and every remembered key there with the same value: the
+	// same table, compared without walking the map.
+	for _, f := range d.args {
+		v, ok := args[f.key]
+		if !ok || !sameArg(wireValue(v), f.val) {
 			return false
 		}
 	}

@@ -94,8 +94,9 @@ type Publisher struct {
 	// a channel rather than a sync.Mutex so that a Publish queued behind a
 	// write the broker is holding up (a memory alarm blocks publishers)
 	// still honours its ctx.
-	lock    chan struct{}
-	headers amqp.Table // guarded by lock: each publish's headers, reused
+	lock         chan struct{}
+	headers      amqp.Table // guarded by lock: each publish's headers, reused
+	extraHeaders bool       // guarded by lock: headers holds more than the publish id
 
 	mu      sync.Mutex
 	pending map[uint64]*waiter // by sequence number
@@ -201,8 +202,12 @@ func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 	// client library encodes it onto the wire (membroker copies it) before
 	// PublishWithContext returns and keeps no reference.
 	headers := p.headers
-	clear(headers)
-	maps.Copy(headers, msg.Headers)
+	if p.extraHeaders || len(msg.Headers) > 0 {
+		// Only the publish id is left from a publish without headers.
+		clear(headers)
+		maps.Copy(headers, msg.Headers)
+		p.extraHeaders = len(msg.Headers) > 0
+	}
 	headers[PublishIDHeader] = strconv.FormatUint(seq, 10)
 	msg.Headers = headers
 	if err := p.register(seq, w); err != nil {

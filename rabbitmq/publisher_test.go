@@ -15,6 +15,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/queuey/queuey/membroker"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -227,6 +228,37 @@ func TestPublisherReturnsMissingQueue(t *testing.T) {
 		}
 		if got := bodies(env.drain(t, q)); !slices.Equal(got, []string{"kept"}) {
 			t.Errorf("queue holds %q, want [kept]", got)
+		}
+	})
+}
+
+// Each message carries its own headers and the publish id, nothing from
+// the publish before it, and the caller's table is left as it was.
+func TestPublisherHeadersDoNotCarryOver(t *testing.T) {
+	eachBroker(t, func(t *testing.T, env *pubEnv) {
+		q := env.queue(t)
+		p := newTestPublisher(t, env.channel(t), nil)
+		withHeaders := amqp.Table{"a": "1", "b": int64(2)}
+		for _, h := range []amqp.Table{nil, withHeaders, nil, {"c": "3"}, {}, nil} {
+			m := msg("x")
+			m.Headers = h
+			if err := p.Publish(t.Context(), q, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(withHeaders) != 2 {
+			t.Fatalf("the caller's table was changed: %v", withHeaders)
+		}
+		want := []amqp.Table{{}, {"a": "1", "b": int64(2)}, {}, {"c": "3"}, {}, {}}
+		for i, d := range env.drain(t, q) {
+			id, ok := d.Headers[PublishIDHeader].(string)
+			if !ok || id == "" {
+				t.Fatalf("message %d has no publish id: %v", i, d.Headers)
+			}
+			delete(d.Headers, PublishIDHeader)
+			if !cmp.Equal(d.Headers, want[i], cmpopts.EquateEmpty()) {
+				t.Errorf("message %d headers %v, want %v", i, d.Headers, want[i])
+			}
 		}
 	})
 }

@@ -28,6 +28,7 @@ import (
 type Clock struct {
 	start  time.Time
 	now    time.Duration // since start: integers compare faster than time.Time
+	nowT   time.Time     // start + now, kept up to date by setNow
 	seq    uint64
 	timers timerHeap
 	fired  uint64
@@ -35,7 +36,13 @@ type Clock struct {
 
 // NewClock returns a clock standing at start.
 func NewClock(start time.Time) *Clock {
-	return &Clock{start: start}
+	return &Clock{start: start, nowT: start}
+}
+
+// setNow moves the clock to d after its start.
+func (c *Clock) setNow(d time.Duration) {
+	c.now = d
+	c.nowT = c.start.Add(d)
 }
 
 var _ clock.Clock = (*Clock)(nil)
@@ -133,13 +140,13 @@ func (c *Clock) RunUntil(t time.Time) {
 	for c.timers.Len() > 0 && c.timers.Min().at <= until {
 		next := c.timers.Pop()
 		if next.at > c.now {
-			c.now = next.at
+			c.setNow(next.at)
 		}
 		c.fired++
 		next.run()
 	}
 	if until > c.now {
-		c.now = until
+		c.setNow(until)
 	}
 }
 
@@ -151,7 +158,7 @@ func (c *Clock) Step() bool {
 	}
 	next := c.timers.Pop()
 	if next.at > c.now {
-		c.now = next.at
+		c.setNow(next.at)
 	}
 	c.fired++
 	next.run()
@@ -174,7 +181,7 @@ func (c *Clock) Pending() int  { return c.timers.Len() }
 func (c *Clock) Fired() uint64 { return c.fired }
 
 // Now implements clock.Clock.
-func (c *Clock) Now() time.Time { return c.start.Add(c.now) }
+func (c *Clock) Now() time.Time { return c.nowT }
 
 // Elapsed is the virtual time since the clock's start.
 func (c *Clock) Elapsed() time.Duration { return c.now }
