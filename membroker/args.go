@@ -353,11 +353,20 @@ func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Tab
 	// The broker walks the client's table in order; membroker walks it
 	// sorted, which is the order RabbitMQ uses whenever it injected
 	// x-queue-type itself.
-	for _, key := range sortedKeys(args) {
+	foreign := func(key string) bool {
 		known := slices.Contains(classicArgs, key) || slices.Contains(quorumArgs, key) || slices.Contains(streamArgs, key)
-		if known && !slices.Contains(own, key) {
-			return queueConfig{}, preconditionFailed("invalid arg '%s' for queue '%s' in vhost '%s' of queue type %s",
-				key, name, vhost, kind.module())
+		return known && !slices.Contains(own, key)
+	}
+	for key := range args {
+		if !foreign(key) {
+			continue
+		}
+		// Which one is reported depends on the order: find it sorted.
+		for _, key := range sortedKeys(args) {
+			if foreign(key) {
+				return queueConfig{}, preconditionFailed("invalid arg '%s' for queue '%s' in vhost '%s' of queue type %s",
+					key, name, vhost, kind.module())
+			}
 		}
 	}
 	if kind == quorumKind {

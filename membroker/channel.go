@@ -108,7 +108,9 @@ func (ch *Channel) redeclared(q *queue, noWait bool) amqp.Queue {
 // QueueDeclare declares a queue on the default exchange's vhost, creating it
 // or checking an existing one for equivalence, as queue.declare does.
 func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error) {
-	if err := args.Validate(); err != nil {
+	var local [8]field
+	fields, err := wireFields(local[:0], args) // and Validate, as the client library does
+	if err != nil {
 		return amqp.Queue{}, err
 	}
 	if err := checkShortstr("queue name", name); err != nil {
@@ -125,15 +127,14 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 	if exclusive {
 		owner = ch.conn
 	}
-	if q, ok := b.queues[name]; ok && name != "" && q.owner == owner && q.declaredLike(durable, autoDelete, args) {
+	if q, ok := b.queues[name]; ok && name != "" && q.owner == owner && q.declaredLike(durable, autoDelete, fields) {
 		// What the last declaration that passed asked for, once more (a
 		// hold queue's, before every hold): equivalent again.
 		return ch.redeclared(q, noWait), nil
 	}
-	raw := args
-	args = wireTable(args)
-	if args == nil {
-		args = amqp.Table{}
+	args = make(amqp.Table, len(fields)+1)
+	for _, f := range fields {
+		args[f.key] = f.val
 	}
 	if _, ok := args["x-queue-type"]; !ok {
 		args["x-queue-type"] = "classic" // 4.x records the node default
@@ -161,8 +162,7 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 		if err := checkEquivalent(q, durable, autoDelete, args); err != nil {
 			return amqp.Queue{}, ch.fail(err)
 		}
-		fields, _ := wireFields(q.lastDecl.args[:0], raw) // raw passed Validate above
-		q.lastDecl = declaration{durable: durable, autoDelete: autoDelete, args: fields, ok: true}
+		q.lastDecl = declaration{durable: durable, autoDelete: autoDelete, args: append(q.lastDecl.args[:0], fields...), ok: true}
 		return ch.redeclared(q, noWait), nil
 	}
 	cfg, aerr := validateNew(name, durable, autoDelete, exclusive, args, b.version)

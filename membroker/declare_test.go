@@ -784,3 +784,21 @@ func TestRedeclareAfterAPassingRedeclaration(t *testing.T) {
 		t.Fatalf("changed durable flag: got %d %q", ae.Code, ae.Reason)
 	}
 }
+
+// An argument the client library cannot encode is refused before anything
+// is sent, with amqp091's own error: no queue, and the channel stays open.
+func TestDeclareRefusesUnsupportedArgumentValues(t *testing.T) {
+	e := newEnv(t, RabbitMQ40)
+	for _, args := range []amqp.Table{
+		{"x-message-ttl": int64(5), "x-bad": struct{}{}},
+		{"x-nested": amqp.Table{"deep": []any{uint64(1)}}},
+	} {
+		_, err := e.ch.QueueDeclare("q", true, false, false, false, args)
+		if err == nil || err.Error() != args.Validate().Error() {
+			t.Fatalf("declare with %v: error %v, want amqp091's %v", args, err, args.Validate())
+		}
+	}
+	if _, ok := e.b.Queue("q"); ok || e.ch.IsClosed() {
+		t.Fatalf("after refused declarations: queue exists %v, channel closed %v", ok, e.ch.IsClosed())
+	}
+}

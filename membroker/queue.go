@@ -45,19 +45,24 @@ type declaration struct {
 	args                []field
 }
 
-// declaredLike reports whether durable, autoDelete and args are what q's
-// last passing redeclaration sent, so that the equivalence check, a pure
-// function of them and q, passes again.
-func (q *queue) declaredLike(durable, autoDelete bool, args amqp.Table) bool {
+// declaredLike reports whether durable, autoDelete and args (in wire form)
+// are what q's last passing redeclaration sent, so that the equivalence
+// check, a pure function of them and q, passes again.
+func (q *queue) declaredLike(durable, autoDelete bool, args []field) bool {
 	d := &q.lastDecl
-	if !d.ok || d.durable != durable || d.autoDelete != autoDelete || len(d.args) != len(args) {
+	if !d.ok || d.durable != durable || d.autoDelete != autoDelete || len(d.args) != len(args) || len(args) > 16 {
 		return false
 	}
-	// Same size, and every remembered key there with the same value: the
-	// same table, compared without walking the map.
-	for _, f := range d.args {
-		v, ok := args[f.key]
-		if !ok || !sameArg(wireValue(v), f.val) {
+	// The same number of distinct keys, each with the same value.
+	for _, f := range args {
+		same := false
+		for _, g := range d.args {
+			if g.key == f.key {
+				same = sameArg(f.val, g.val)
+				break
+			}
+		}
+		if !same {
 			return false
 		}
 	}
