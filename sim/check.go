@@ -134,9 +134,13 @@ func (r *runner) classify(name string) queueRole {
 	}
 	if q, ok := r.byName[base]; ok && q.spec.Name == base {
 		qr := queueRole{q, roleHold}
-		if len(r.holdNames) < 1<<16 {
-			r.holdNames[name] = qr
+		// A small cache stays in the processor's cache: with a fine
+		// granularity hold names are mostly new, and a big map of them
+		// costs more to look up than parsing the name again.
+		if len(r.holdNames) >= 4096 {
+			clear(r.holdNames)
 		}
+		r.holdNames[name] = qr
 		return qr
 	}
 	return queueRole{}

@@ -195,6 +195,7 @@ type runner struct {
 	queues    []*simQueue
 	byName    map[string]*simQueue // work, wait and dead queue names
 	holdNames map[string]queueRole // hold queue names seen, classified
+	jobArgs   simJob               // the arguments of the job being enqueued
 	squatted  map[string]bool      // hold queue names a refuse-hold fault holds
 
 	producerConn *membroker.Connection
@@ -801,7 +802,8 @@ func (r *runner) arrive(q *simQueue, rj *ReplayJob) {
 	r.jobs.put(n, j)
 	j.expect = append(j.expect, expectation{attempt: 1, notBefore: r.now()})
 	r.emit(Event{Kind: EvArrive, Job: n, Queue: q.spec.Name, Worker: -1})
-	if _, err := r.producer.Enqueue(r.bg, simJob{queue: q.spec.Name, N: n}); err != nil {
+	r.jobArgs = simJob{queue: q.spec.Name, N: n} // by pointer: no copy put in an interface
+	if _, err := r.producer.Enqueue(r.bg, &r.jobArgs); err != nil {
 		r.failf("enqueue job %d: %v", n, err)
 	}
 }
