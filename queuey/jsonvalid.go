@@ -88,19 +88,8 @@ func (v *jsonValidator) object(depth int) bool {
 		if !v.value(depth) {
 			return false
 		}
-		v.space()
-		if v.i >= len(v.b) {
-			return false
-		}
-		switch v.b[v.i] {
-		case ',':
-			v.i++
-			v.space()
-		case '}':
-			v.i++
-			return true
-		default:
-			return false
+		if more, ok := v.next('}'); !more {
+			return ok
 		}
 	}
 }
@@ -119,21 +108,30 @@ func (v *jsonValidator) array(depth int) bool {
 		if !v.value(depth) {
 			return false
 		}
-		v.space()
-		if v.i >= len(v.b) {
-			return false
-		}
-		switch v.b[v.i] {
-		case ',':
-			v.i++
-			v.space()
-		case ']':
-			v.i++
-			return true
-		default:
-			return false
+		if more, ok := v.next(']'); !more {
+			return ok
 		}
 	}
+}
+
+// next reads what follows a member or an element: a comma, with more to
+// come, or close, which ends the object or array (ok); anything else is
+// not JSON.
+func (v *jsonValidator) next(close byte) (more, ok bool) {
+	v.space()
+	if v.i >= len(v.b) {
+		return false, false
+	}
+	switch v.b[v.i] {
+	case ',':
+		v.i++
+		v.space()
+		return true, true
+	case close:
+		v.i++
+		return false, true
+	}
+	return false, false
 }
 
 // string reads a string literal; any byte from 0x20 up is taken as it is.

@@ -51,4 +51,9 @@
 // goroutine, so that the simulation stays on one goroutine; publishing,
 // hold queues, dead-lettering and declarations all go through
 // rabbitmq.Backend.
+//
+// One more goroutine takes no part in the simulation: the trace hash is
+// computed on a goroutine of its own, a megabyte of trace records at a
+// time, in order, so that hashing uses the second core. The hash does not
+// depend on it (TestRecorderHashesEverythingInOrder).
 package sim
