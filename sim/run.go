@@ -192,11 +192,13 @@ type runner struct {
 	end    time.Time // arrivals stop
 	stop   time.Time // the run stops
 
-	queues    []*simQueue
-	byName    map[string]*simQueue // work, wait and dead queue names
-	holdNames map[string]queueRole // hold queue names seen, classified
-	jobArgs   simJob               // the arguments of the job being enqueued
-	squatted  map[string]bool      // hold queue names a refuse-hold fault holds
+	queues      []*simQueue
+	byName      map[string]*simQueue // work, wait and dead queue names
+	holdNames   map[string]queueRole // hold queue names seen, classified
+	recentNames [4]recentName        // the names classified last
+	recentNext  int
+	jobArgs     simJob          // the arguments of the job being enqueued
+	squatted    map[string]bool // hold queue names a refuse-hold fault holds
 
 	producerConn *membroker.Connection
 	producerBack *rabbitmq.Backend
@@ -275,8 +277,13 @@ func (w *worker) restartAfter() time.Duration {
 }
 
 func (s *subscription) release(n uint64) {
-	if s.held[n]--; s.held[n] <= 0 {
-		delete(s.held, n)
+	for i, h := range s.held {
+		if h == n {
+			last := len(s.held) - 1
+			s.held[i] = s.held[last]
+			s.held = s.held[:last]
+			return
+		}
 	}
 }
 
@@ -288,8 +295,8 @@ type subscription struct {
 	pending int            // deliveries the broker reported and the worker has yet to take
 	back    queuey.Backend // the backend it came from, which settles its deliveries
 	ch      *membroker.Channel
-	held    map[uint64]int // jobs in hand, by number
-	dead    bool           // its process crashed: its handlers vanished
+	held    []uint64 // numbers of the jobs in hand (a prefetch's worth), in no order
+	dead    bool     // its process crashed: its handlers vanished
 }
 
 // job is what the simulation knows of one job while it is live.
@@ -520,7 +527,7 @@ func (r *runner) startWorker(w *worker) error {
 	}
 	w.tags++
 	tag := fmt.Sprintf("%s-w%d-%d", w.q.spec.Name, w.idx, w.tags)
-	sub := &subscription{w: w, tag: tag, back: w.back, ch: ch, held: map[uint64]int{}}
+	sub := &subscription{w: w, tag: tag, back: w.back, ch: ch}
 	r.subs[tag] = sub // before Consume, which may deliver at once
 	in, err := ch.Consume(w.q.spec.Name, tag, false, false, false, false, nil)
 	if err != nil {
@@ -887,7 +894,7 @@ func (r *runner) begin(w *worker, sub *subscription, d *simDelivery) {
 	}
 	r.emit(Event{Kind: EvDeliver, Job: n, Queue: q.spec.Name, Worker: w.idx, Attempt: env.Attempt, Deferrals: env.Deferrals, Priority: d.Priority()})
 	r.checkDelivered(j, env, d)
-	sub.held[n]++
+	sub.held = append(sub.held, n)
 	run := j.runs
 	j.runs++
 	d.r, d.w, d.sub, d.j, d.n, d.env, d.gen = r, w, sub, j, n, env, w.gen
@@ -1184,10 +1191,10 @@ func (r *runner) noteRequeues(w *worker) {
 			}
 		}
 	}
-	for n, k := range w.sub.held {
+	for _, n := range w.sub.held {
 		if j := r.job(n); j != nil {
-			j.returns += k
-			j.explain += k
+			j.returns++
+			j.explain++
 		}
 	}
 }
