@@ -19,9 +19,9 @@
 // default.pgo, next to this file, is a CPU profile of the default run:
 // go build, go run and go install use it for profile-guided optimisation
 // (a few percent faster). Regenerate it after changes to the hot paths
-// with
+// with, from the repository root,
 //
-//	go test -run '^$' -bench BenchmarkDefaultRun -benchtime 1x -cpuprofile default.pgo ./cmd/queuey-sim
+//	go test -run '^$' -bench BenchmarkDefaultRun -benchtime 1x -cpuprofile cmd/queuey-sim/default.pgo ./cmd/queuey-sim
 package main
 
 import (
