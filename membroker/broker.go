@@ -73,10 +73,12 @@ type Broker struct {
 	connSeq  uint64
 	nameSeq  uint64 // server-named queues and consumer tags
 
-	unsentBlocked []*consumer // consumers waiting for room in their delivery channel
-	free          []*message  // acknowledged messages whose memory newMessage may reuse
-	queued        int         // outputs held back in connections' out buffers
-	reap          bool        // a closed connection may still be in conns
+	unsentBlocked []*consumer  // consumers waiting for room in their delivery channel
+	free          []*message   // acknowledged messages whose memory newMessage may reuse
+	reusedTables  []amqp.Table // header tables given back by Reuse, empty
+	reusedBodies  [][]byte     // bodies given back by Reuse
+	queued        int          // outputs held back in connections' out buffers
+	reap          bool         // a closed connection may still be in conns
 	deadLetters   []deadLetterInFlight
 	dlTargets     []*queue // the arena deadLetters' targets are cut from
 	routed        []*queue // Publish's scratch for its targets

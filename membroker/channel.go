@@ -480,7 +480,7 @@ func (ch *Channel) Publish(exchange, key string, mandatory, immediate bool, msg 
 		r := amqp.Return{
 			ReplyCode: amqp.NoRoute, ReplyText: "NO_ROUTE", Exchange: exchange, RoutingKey: key,
 			ContentType: m.pub.ContentType, ContentEncoding: m.pub.ContentEncoding,
-			Headers: m.headerTable(0), DeliveryMode: m.pub.DeliveryMode, Priority: m.pub.Priority,
+			Headers: m.headerTable(b, 0), DeliveryMode: m.pub.DeliveryMode, Priority: m.pub.Priority,
 			CorrelationId: m.pub.CorrelationId, ReplyTo: m.pub.ReplyTo, Expiration: m.pub.Expiration,
 			MessageId: m.pub.MessageId, Timestamp: m.pub.Timestamp, Type: m.pub.Type,
 			UserId: m.pub.UserId, AppId: m.pub.AppId, Body: m.pub.Body,
@@ -762,7 +762,7 @@ func (ch *Channel) handOut(d *amqp.Delivery, q *queue, c *consumer, m *message, 
 		UserId: p.UserId, AppId: p.AppId,
 		DeliveryTag: tag, Redelivered: m.redelivered || m.acquired > 0 || (q.isQuorum() && m.failed > 0),
 		Exchange: m.exchange, RoutingKey: m.routingKey,
-		Body: append([]byte(nil), p.Body...),
+		Body: ch.b.bodyCopy(p.Body),
 	}
 	if ch.b.observer != nil {
 		tagName := ""
@@ -783,7 +783,7 @@ func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
 	// delivery count.
 	quorumCount := q.isQuorum() && (m.acquired > 0 || (b.version == RabbitMQ40 && m.failed > 0))
 	if len(m.deaths) == 0 && !quorumCount {
-		return m.headerTable(0)
+		return m.headerTable(b, 0)
 	}
 	// Exactly the entries to come: a map for at most 8 stays one group.
 	extra := 0
@@ -793,9 +793,9 @@ func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
 	if len(m.deaths) > 0 {
 		extra += 7 // x-death and the x-first/last-death-* headers
 	}
-	h := m.headerTable(extra)
+	h := m.headerTable(b, extra)
 	if h == nil {
-		h = make(amqp.Table, extra)
+		h = b.table(extra)
 	}
 	if len(m.deaths) > 0 {
 		b.deathHeaders(h, m)

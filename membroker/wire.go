@@ -83,11 +83,11 @@ func wireFields(dst []field, t amqp.Table) ([]field, error) {
 // headerTable builds a delivery's header table from m's headers, with room
 // for extra more entries: nil if it was published without headers, empty
 // if its only header was BCC.
-func (m *message) headerTable(extra int) amqp.Table {
+func (m *message) headerTable(b *Broker, extra int) amqp.Table {
 	if len(m.headers) == 0 && !m.hadHeaders {
 		return nil
 	}
-	h := make(amqp.Table, len(m.headers)+extra)
+	h := b.table(len(m.headers) + extra)
 	for _, f := range m.headers {
 		h[f.key] = copyValue(f.val)
 	}

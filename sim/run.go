@@ -672,6 +672,7 @@ func (r *runner) newDelivery() *simDelivery {
 // by nothing any more.
 func (r *runner) recycle(d queuey.Delivery) {
 	if sd, ok := d.(*simDelivery); ok && len(r.freeDels) < 1024 {
+		r.broker.Reuse(&sd.d) // its header table and body, for a later delivery
 		*sd = simDelivery{}
 		r.freeDels = append(r.freeDels, sd)
 	}
