@@ -77,6 +77,7 @@ type Broker struct {
 	free          []*message   // acknowledged messages whose memory newMessage may reuse
 	reusedTables  []amqp.Table // header tables given back by Reuse, empty
 	reusedBodies  [][]byte     // bodies given back by Reuse
+	reusedSlices  [][]any      // x-death lists given back by Reuse, empty
 	queued        int          // outputs held back in connections' out buffers
 	reap          bool         // a closed connection may still be in conns
 	deadLetters   []deadLetterInFlight

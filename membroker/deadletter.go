@@ -148,21 +148,20 @@ func closesCycle(deaths []death, target string) bool {
 // deathHeaders adds the x-death, x-first-death-* and x-last-death-* headers
 // for a message the broker has dead-lettered.
 func (b *Broker) deathHeaders(h amqp.Table, m *message) {
-	xd := make([]any, len(m.deaths))
+	xd := b.anySlice(len(m.deaths))
 	for i, d := range m.deaths {
-		keys := make([]any, 1+len(d.cc))
+		keys := b.anySlice(1 + len(d.cc))
 		keys[0] = d.keyV
 		for j, k := range d.cc {
 			keys[1+j] = b.box(k)
 		}
-		e := amqp.Table{
-			"count":        d.count,
-			"reason":       d.reasonV,
-			"queue":        d.queueV,
-			"time":         b.boxTime(d.time),
-			"exchange":     b.box(d.exchange),
-			"routing-keys": keys,
-		}
+		e := b.table(7)
+		e["count"] = d.count
+		e["reason"] = d.reasonV
+		e["queue"] = d.queueV
+		e["time"] = b.boxTime(d.time)
+		e["exchange"] = b.box(d.exchange)
+		e["routing-keys"] = keys
 		if d.originalExpiration != "" {
 			e["original-expiration"] = d.originalExpiration
 		}

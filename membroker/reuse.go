@@ -20,15 +20,51 @@ func (b *Broker) Reuse(d *amqp.Delivery) {
 	d.Headers, d.Body = nil, nil
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	// A table that ever held more than a group's worth keeps the bigger
-	// storage: only small ones come back.
+	// The x-death records come back too: their tables and lists.
+	if xd, ok := h["x-death"].([]any); ok {
+		for _, e := range xd {
+			if t, ok := e.(amqp.Table); ok {
+				if keys, ok := t["routing-keys"].([]any); ok {
+					b.reuseSlice(keys)
+				}
+				b.reuseTable(t)
+			}
+		}
+		b.reuseSlice(xd)
+	}
+	b.reuseTable(h)
+	if cap(body) > 0 && cap(body) <= maxReusedBody && len(b.reusedBodies) < maxReused {
+		b.reusedBodies = append(b.reusedBodies, body[:0])
+	}
+}
+
+// reuseTable keeps h, emptied, for table. A table that ever held more
+// than a group's worth keeps the bigger storage: only small ones are kept.
+func (b *Broker) reuseTable(h amqp.Table) {
 	if h != nil && len(h) <= smallTable && len(b.reusedTables) < maxReused {
 		clear(h)
 		b.reusedTables = append(b.reusedTables, h)
 	}
-	if cap(body) > 0 && cap(body) <= maxReusedBody && len(b.reusedBodies) < maxReused {
-		b.reusedBodies = append(b.reusedBodies, body[:0])
+}
+
+// reuseSlice keeps s, emptied, for anySlice.
+func (b *Broker) reuseSlice(s []any) {
+	if cap(s) > 0 && cap(s) <= smallTable && len(b.reusedSlices) < maxReused {
+		clear(s[:cap(s)])
+		b.reusedSlices = append(b.reusedSlices, s[:0])
 	}
+}
+
+// anySlice returns a list of n nil values, in reused storage if the last
+// list given back is big enough.
+func (b *Broker) anySlice(n int) []any {
+	if k := len(b.reusedSlices); k > 0 && cap(b.reusedSlices[k-1]) >= n {
+		s := b.reusedSlices[k-1]
+		b.reusedSlices[k-1] = nil
+		b.reusedSlices = b.reusedSlices[:k-1]
+		return s[:n]
+	}
+	return make([]any, n)
 }
 
 // table returns an empty table for n entries, a reused one if n fits in a

@@ -3,6 +3,7 @@ package membroker
 import (
 	"reflect"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
@@ -50,5 +51,33 @@ func TestReuseLendsTableAndBodyToALaterDelivery(t *testing.T) {
 	e.b.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("a table of %d entries was kept for reuse", len(big))
+	}
+}
+
+// The x-death records of a dead-lettered delivery come back with Reuse too,
+// and the next dead letter's records are its own.
+func TestReuseTakesBackDeathRecords(t *testing.T) {
+	e := newEnv(t, RabbitMQ40)
+	e.declare("q", nil)
+	e.declare("hold", amqp.Table{"x-message-ttl": int64(1000), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "q"})
+	e.publish("hold", "one", amqp.Publishing{})
+	e.advance(1000 * time.Millisecond)
+	e.publish("hold", "two", amqp.Publishing{Headers: amqp.Table{"k": "v"}})
+	e.advance(1000 * time.Millisecond)
+
+	first := qqMustGet(e, "q")
+	record := first.Headers["x-death"].([]any)[0].(amqp.Table)
+	recordPtr := reflect.ValueOf(record).Pointer()
+	e.b.Reuse(&first)
+	second := qqMustGet(e, "q")
+	xd := second.Headers["x-death"].([]any)
+	got := xd[0].(amqp.Table)
+	want := amqp.Table{"count": int64(1), "reason": "expired", "queue": "hold", "exchange": "",
+		"routing-keys": []any{"hold"}, "time": got["time"]}
+	if diff := cmp.Diff(want, got); diff != "" || second.Headers["k"] != "v" || second.Headers["x-first-death-queue"] != "hold" {
+		t.Fatalf("second dead letter: headers %v, x-death (-want +got):\n%s", second.Headers, diff)
+	}
+	if reflect.ValueOf(got).Pointer() != recordPtr {
+		t.Fatal("the second dead letter's x-death record is not the first one's, reused")
 	}
 }
