@@ -258,7 +258,9 @@ func checkEnvelopeTime(t time.Time) string {
 
 // DecodeEnvelope parses body strictly, by the rules on Envelope. Every error
 // it returns is an *EnvelopeError and matches ErrMalformedEnvelope. A body of
-// another version gets an error for field "v" that names the version.
+// another version gets an error for field "v" that names the version. The
+// envelope refers to none of body's bytes: body may be reused as soon as
+// DecodeEnvelope returns.
 func DecodeEnvelope(body []byte) (Envelope, error) {
 	if e, ok := decodeCanonicalEnvelope(body); ok {
 		return e, nil

@@ -200,3 +200,24 @@ func TestInternReturnsEqualStrings(t *testing.T) {
 		t.Fatalf("interning a string already held allocates %v times", n)
 	}
 }
+
+// The decoded envelope shares no bytes with the body, on the canonical path
+// and the general one: overwriting the body afterwards changes nothing.
+func TestDecodedEnvelopeDoesNotReferToTheBody(t *testing.T) {
+	canonical := `{"v":1,"id":"j1","kind":"email","queue":"q","payload":{"to":"a@b"},"attempt":1,"deferrals":0,"priority":0,"enqueued_at":"2026-01-02T03:04:05.000000006Z"}`
+	general := `{"v":1, "id":"j1","kind":"email","queue":"q","payload":{"to": "a@b"},"attempt":1,"deferrals":0,"priority":0,"enqueued_at":"2026-01-02T03:04:05.000000006Z","ext":{"x":[1]}}`
+	for name, text := range map[string]string{"canonical": canonical, "general": general} {
+		body := []byte(text)
+		e, err := DecodeEnvelope(body)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		before := fmt.Sprintf("%+v %s %s", e, e.Payload, e.Ext)
+		for i := range body {
+			body[i] = 'X'
+		}
+		if after := fmt.Sprintf("%+v %s %s", e, e.Payload, e.Ext); after != before {
+			t.Fatalf("%s: overwriting the body changed the envelope:\nbefore %s\nafter  %s", name, before, after)
+		}
+	}
+}
