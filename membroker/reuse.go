@@ -4,17 +4,19 @@ import amqp "github.com/rabbitmq/amqp091-go"
 
 // Bounds of the buffers Reuse keeps.
 const (
-	maxReused     = 1024     // tables, and bodies
+	maxReused     = 1024     // of each: tables, lists, bodies
 	maxReusedBody = 64 << 10 // bytes
 	smallTable    = 8        // entries a map holds in its first group
 )
 
 // Reuse gives back the header table and the body of d, a delivery the
 // caller has finished with, for membroker to fill for a later delivery,
-// and clears them from d. Nothing may use them afterwards. Reuse is
-// optional and not an AMQP operation (it does not advance the model): an
-// in-process consumer that handles many deliveries, such as the simulator,
-// saves a few allocations per delivery with it.
+// and clears them from d. Nothing may use them afterwards, and d must be as
+// membroker delivered it: a table or list the caller put into it would be
+// handed to a later delivery too. Reuse is optional and not an AMQP
+// operation (it does not advance the model): an in-process consumer that
+// handles many deliveries, such as the simulator, saves a few allocations
+// per delivery with it.
 func (b *Broker) Reuse(d *amqp.Delivery) {
 	h, body := d.Headers, d.Body
 	d.Headers, d.Body = nil, nil
