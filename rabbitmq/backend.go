@@ -504,6 +504,13 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queu
 	return c, nil
 }
 
+// Done is closed once the backend can publish no more: its publishing
+// channel has closed, because the connection dropped or Close was called,
+// and every publish that was waiting for a confirm has failed; from then on
+// Publish and DeadLetter fail at once, without calling the broker. A
+// process that reconnects makes a new Backend.
+func (b *Backend) Done() <-chan struct{} { return b.pub.Done() }
+
 // Close closes every consumer's channel (the broker requeues their
 // unsettled deliveries), then the hold channel and the publishing channel;
 // publishes still waiting for their confirm fail. It does not close the

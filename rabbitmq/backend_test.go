@@ -795,7 +795,7 @@ func TestConnectionDropEndsConsumerWithAmqpError(t *testing.T) {
 	timer := time.NewTimer(5 * time.Second)
 	defer timer.Stop()
 	select {
-	case <-r.b.pub.Done():
+	case <-r.b.Done():
 	case <-timer.C:
 		t.Fatal("publisher still open 5 s after the connection dropped")
 	}

@@ -1128,6 +1128,13 @@ func (r *runner) fault(f Fault) {
 		r.emit(Event{Kind: EvDrop, Queue: q.spec.Name, Worker: w.idx})
 		r.noteRequeues(w)
 		r.broker.CloseConnection(w.conn, nil)
+		// The backend learns of the drop on its publisher's goroutine;
+		// until it has, a publish would still reach the broker (and bring
+		// it up to the clock). Waiting for it keeps the run deterministic.
+		<-w.rb.Done()
+		if lb, ok := w.back.(*legacyBackend); ok {
+			<-lb.pub.Done()
+		}
 		w.up = false
 		old := w.back
 		oldSub := w.sub
