@@ -11,19 +11,7 @@ import (
 // the same Go types a test on a live broker would: an int header comes back
 // as int32, a time.Time loses its sub-second part, a []byte is copied.
 
-// wireTable returns t as amqp091 would decode it after encoding it.
-// A nil or empty table stays nil, as an absent header table does on the wire.
-func wireTable(t amqp.Table) amqp.Table {
-	if len(t) == 0 {
-		return nil
-	}
-	out := make(amqp.Table, len(t))
-	for k, v := range t {
-		out[k] = wireValue(v)
-	}
-	return out
-}
-
+// wireValue returns v as amqp091 would decode it after encoding it.
 func wireValue(v any) any {
 	switch x := v.(type) {
 	case int:

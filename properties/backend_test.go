@@ -214,30 +214,27 @@ func (m *machine) likelyTTLs() []time.Duration {
 
 // pick draws one of the jobs that satisfy ok, or skips the action.
 func (m *machine) pick(t *rapid.T, label string, ok func(*job) bool) *job {
-	var js []*job
-	for _, j := range m.all {
-		if ok(j) {
-			js = append(js, j)
-		}
-	}
-	if len(js) == 0 {
-		t.Skip("no such job")
-	}
-	return js[rapid.IntRange(0, len(js)-1).Draw(t, label)]
+	return pickOne(t, label, "no such job", m.all, ok)
 }
 
 // pickWorker draws one of the workers that satisfy ok, or skips the action.
 func (m *machine) pickWorker(t *rapid.T, ok func(*worker) bool) *worker {
-	var ws []*worker
-	for _, w := range m.workers {
-		if ok(w) {
-			ws = append(ws, w)
+	return pickOne(t, "worker", "no such worker", m.workers, ok)
+}
+
+// pickOne draws one of the items that satisfy ok, or skips the action with
+// none.
+func pickOne[T any](t *rapid.T, label, none string, items []T, ok func(T) bool) T {
+	var fit []T
+	for _, x := range items {
+		if ok(x) {
+			fit = append(fit, x)
 		}
 	}
-	if len(ws) == 0 {
-		t.Skip("no such worker")
+	if len(fit) == 0 {
+		t.Skip(none)
 	}
-	return ws[rapid.IntRange(0, len(ws)-1).Draw(t, "worker")]
+	return fit[rapid.IntRange(0, len(fit)-1).Draw(t, label)]
 }
 
 // --- the checks bite ---------------------------------------------------------

@@ -168,10 +168,11 @@ type Envelope struct {
 // invalid envelope gets an *EnvelopeError naming the field at fault and no
 // bytes.
 func (e Envelope) Encode() ([]byte, error) {
-	if err := e.validate(); err != nil {
+	b, err := e.AppendEncoded(make([]byte, 0, 160+len(e.ID)+len(e.Kind)+len(e.Queue)+len(e.Payload)))
+	if err != nil {
 		return nil, err
 	}
-	return appendEnvelope(make([]byte, 0, 160+len(e.ID)+len(e.Kind)+len(e.Queue)+len(e.Payload)), e), nil
+	return b, nil
 }
 
 // AppendEncoded is Encode appending the wire form to b, for callers that
