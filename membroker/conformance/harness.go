@@ -161,13 +161,52 @@ func (l *Live) Cleanup(queues []string) {
 type Model struct {
 	B   *membroker.Broker
 	Clk *clock.Mock
+
+	landed map[string]landing // per queue, the last dead letter that reached it
+	raced  bool
+}
+
+// landing is a dead letter reaching a queue: when, from which queue, and
+// whether it was set off by a timer (an expiry) rather than by an operation.
+type landing struct {
+	at    time.Time
+	from  string
+	timed bool
 }
 
 // NewModel returns a fresh RabbitMQ40 model on a mock clock.
 func NewModel() *Model {
 	clk := clock.NewMock()
 	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	return &Model{B: membroker.New(membroker.Config{Clock: clk, Version: membroker.RabbitMQ40}), Clk: clk}
+	m := &Model{Clk: clk, landed: map[string]landing{}}
+	m.B = membroker.New(membroker.Config{Clock: clk, Version: membroker.RabbitMQ40, Observer: m.observe})
+	return m
+}
+
+// Raced reports whether the run had dead letters from two different queues
+// reach one queue at the same virtual instant, at least one of them
+// expired. The model puts them in one order; a live broker runs each queue
+// as its own process with its own timer, and the order it lands them in
+// depends on which timer fires first: two operations that the model does at
+// one instant are a millisecond or two apart on a live broker, and its
+// timers are not ordered more finely than that. (Seen on 4.0.5: two quorum
+// queues with a 250 ms TTL, one message published to each in turn; their
+// dead letters reached the shared target in either order, from one run of
+// the same sequence to the next.) A sequence whose traces differ after such
+// a race is inconclusive, not a divergence.
+func (m *Model) Raced() bool { return m.raced }
+
+// observe is the model broker's Observer: it runs under the broker's lock,
+// at the virtual instant of the event.
+func (m *Model) observe(ev membroker.Event) {
+	if ev.Kind != membroker.EventEnqueued || ev.DeadLetteredFrom == "" {
+		return
+	}
+	l := landing{at: m.Clk.Now(), from: ev.DeadLetteredFrom, timed: ev.Reason == "expired"}
+	if prev, ok := m.landed[ev.Queue]; ok && prev.at.Equal(l.at) && prev.from != l.from && (prev.timed || l.timed) {
+		m.raced = true
+	}
+	m.landed[ev.Queue] = l
 }
 
 // Name implements Target.
