@@ -122,7 +122,7 @@ func appendJSONString(b []byte, s string) []byte {
 // (TestCanonicalDecodeAgreesWithGeneral and FuzzDecodeEnvelope hold it to
 // that).
 func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
-	p := canonicalReader{b: body}
+	p := canonicalReader{cursor{b: body}}
 	if !p.lit(`{"v":1,"id":`) {
 		return Envelope{}, false
 	}
@@ -227,18 +227,23 @@ func (t *interned) intern(b []byte) string {
 	return s
 }
 
-type canonicalReader struct {
+// cursor is a position in a byte slice, shared by the canonical decoder and
+// the JSON validator.
+type cursor struct {
 	b []byte
 	i int
 }
 
-func (p *canonicalReader) lit(s string) bool {
-	if len(p.b)-p.i < len(s) || string(p.b[p.i:p.i+len(s)]) != s {
+// lit consumes s if the input continues with it.
+func (c *cursor) lit(s string) bool {
+	if len(c.b)-c.i < len(s) || string(c.b[c.i:c.i+len(s)]) != s {
 		return false
 	}
-	p.i += len(s)
+	c.i += len(s)
 	return true
 }
+
+type canonicalReader struct{ cursor }
 
 // str reads a string with no escapes and no control characters, in valid
 // UTF-8.

@@ -6,7 +6,7 @@ package queuey
 // inside strings, without the scanner's per-byte state machine. Envelopes
 // check their payload on every encode and decode.
 func validJSON(b []byte) bool {
-	v := jsonValidator{b: b}
+	v := jsonValidator{cursor{b: b}}
 	v.space()
 	if !v.value(0) {
 		return false
@@ -18,10 +18,7 @@ func validJSON(b []byte) bool {
 // maxJSONDepth is encoding/json's maxNestingDepth.
 const maxJSONDepth = 10000
 
-type jsonValidator struct {
-	b []byte
-	i int
-}
+type jsonValidator struct{ cursor }
 
 func (v *jsonValidator) space() {
 	for v.i < len(v.b) {
@@ -48,21 +45,13 @@ func (v *jsonValidator) value(depth int) bool {
 	case c == '-' || (c >= '0' && c <= '9'):
 		return v.number()
 	case c == 't':
-		return v.word("true")
+		return v.lit("true")
 	case c == 'f':
-		return v.word("false")
+		return v.lit("false")
 	case c == 'n':
-		return v.word("null")
+		return v.lit("null")
 	}
 	return false
-}
-
-func (v *jsonValidator) word(w string) bool {
-	if len(v.b)-v.i < len(w) || string(v.b[v.i:v.i+len(w)]) != w {
-		return false
-	}
-	v.i += len(w)
-	return true
 }
 
 func (v *jsonValidator) object(depth int) bool {

@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/queuey/queuey/membroker/conformance"
@@ -54,16 +55,8 @@ func TestModelFlagsRacingExpiries(t *testing.T) {
 				t.Fatal(err)
 			}
 			if m.Raced() != c.raced {
-				t.Errorf("Raced() = %v, want %v; trace:\n%s", m.Raced(), c.raced, joinLines(trace))
+				t.Errorf("Raced() = %v, want %v; trace:\n  %s", m.Raced(), c.raced, strings.Join(trace, "\n  "))
 			}
 		})
 	}
-}
-
-func joinLines(lines []string) string {
-	out := ""
-	for _, l := range lines {
-		out += "  " + l + "\n"
-	}
-	return out
 }
