@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -394,12 +395,32 @@ func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (str
 		b.hold = nil
 		b.logger.Warn("rabbitmq: hold queue declaration refused",
 			"queue", queue, "hold_queue", name, "ttl_ms", ttl, "error", err)
+		if declaredByOlderBuild(err, ttl) {
+			return "", fmt.Errorf("rabbitmq: declare hold queue %q of queue %q: it exists with x-expires %d ms (2 × TTL), "+
+				"declared by a process running an older queuey, whose rule loses jobs at small TTLs; this build declares %d ms. "+
+				"Upgrade every process that holds jobs for %q (the old hold queue then expires on its own once idle) or delete %q while it is empty "+
+				"(see \"Hold-queue expiry\" in the rabbitmq package documentation): %w",
+				name, queue, 2*ttl, HoldExpires(ttl), queue, name, err)
+		}
 		return "", fmt.Errorf("rabbitmq: declare hold queue %q of queue %q: %w", name, queue, err)
 	}
 	if b.logger.Enabled(ctx, slog.LevelDebug) { // on every hold: build no attributes in vain
 		b.logger.DebugContext(ctx, "rabbitmq: declared hold queue", "queue", queue, "hold_queue", name, "ttl_ms", ttl)
 	}
 	return name, nil
+}
+
+// declaredByOlderBuild reports whether err is RabbitMQ refusing the
+// declaration of a hold queue for ttl ms because it exists with the x-expires
+// older queuey builds gave it, 2 × TTL (HoldExpires differs from that only
+// under a minute).
+func declaredByOlderBuild(err error, ttl int64) bool {
+	old := strconv.FormatInt(2*ttl, 10)
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed &&
+		strings.Contains(ae.Reason, "inequivalent arg 'x-expires'") &&
+		(strings.HasSuffix(ae.Reason, "current is '"+old+"'") || // same type (rabbit_misc:equivalence_fail/4, val/1, v4.0.5)
+			strings.Contains(ae.Reason, "current is the value '"+old+"'")) // another type
 }
 
 // DeadLetter publishes body, byte for byte, to queue's dead-letter queue

@@ -470,9 +470,14 @@ func TestHoldQueueDeclaredBeforeEveryPublish(t *testing.T) {
 	if r.ready("jobs.deferred.1000") != 1 {
 		t.Fatal("the hold queue was not declared again")
 	}
-	// Expired after its 2 × TTL lease: declared again as well.
+	// Expired after its lease, TTL + HoldExpiryMargin from the last
+	// declaration: declared again as well.
 	r.clk.Add(time.Second) // j2 goes back to jobs
-	r.clk.Add(2 * time.Second)
+	r.clk.Add(HoldExpiryMargin - time.Millisecond)
+	if r.ready("jobs.deferred.1000") != 0 {
+		t.Fatal("hold queue expired before its lease ended")
+	}
+	r.clk.Add(time.Millisecond)
 	if r.ready("jobs.deferred.1000") != -1 {
 		t.Fatal("idle hold queue did not expire")
 	}
@@ -501,6 +506,37 @@ func TestRefusedHoldDeclarationDoesNotDisableLaterHolds(t *testing.T) {
 	r.publish(testJob("jobs", "j3", 0), 0, queuey.HoldRetry)
 	if r.ready("jobs.deferred.2000") != 1 || r.ready("jobs") != 1 || r.ready("jobs.deferred.1000") != 0 {
 		t.Fatalf("queues after a refused hold: %+v", r.broker.Queues())
+	}
+}
+
+// A process of an older build declared jobs.deferred.1000 with x-expires
+// 2 × TTL: the refusal says what happened and what to do, and still wraps
+// the broker's 406.
+func TestHoldQueueOfAnOlderBuildIsExplained(t *testing.T) {
+	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
+	r.declare(queuey.QueueConfig{Name: "jobs"})
+	old := HoldQueueArgs("jobs", 1000)
+	old["x-expires"] = int64(2000)
+	if _, err := r.raw.QueueDeclare("jobs.deferred.1000", true, false, false, false, old); err != nil {
+		t.Fatal(err)
+	}
+	err := r.b.Publish(t.Context(), testJob("jobs", "j1", 0), time.Second, queuey.HoldRetry)
+	var amqpErr *amqp.Error
+	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.PreconditionFailed {
+		t.Fatalf("hold into an older build's hold queue: %v; want a 406", err)
+	}
+	for _, want := range []string{`"jobs.deferred.1000"`, "x-expires 2000 ms (2 × TTL)", "older queuey", "this build declares 61000 ms", "Upgrade every process", "Hold-queue expiry", "inequivalent arg 'x-expires'"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
+	}
+	// Another mismatch is not blamed on an older build.
+	if _, err := r.raw.QueueDeclare("jobs.deferred.2000", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = r.b.Publish(t.Context(), testJob("jobs", "j2", 0), 2*time.Second, queuey.HoldRetry)
+	if err == nil || strings.Contains(err.Error(), "older queuey") {
+		t.Fatalf("hold into a hold queue declared without arguments: %v; want the plain 406", err)
 	}
 }
 

@@ -90,7 +90,7 @@ func TestHoldQueueArgsArePureFunctionOfName(t *testing.T) {
 	want := amqp.Table{
 		"x-queue-type":              "classic",
 		"x-message-ttl":             int64(30000),
-		"x-expires":                 int64(60000),
+		"x-expires":                 int64(90000),
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": "emails",
 	}
@@ -100,6 +100,28 @@ func TestHoldQueueArgsArePureFunctionOfName(t *testing.T) {
 	// The longest hold queue still has an x-expires RabbitMQ accepts.
 	if got := HoldQueueArgs("q", MaxHoldTTL)["x-expires"]; got != int64(2*MaxHoldTTL) {
 		t.Fatalf("x-expires of the longest hold queue = %v", got)
+	}
+}
+
+// x-expires leaves the message at least a minute of margin, and is twice
+// the TTL from a minute up, as seed 000's rule was there.
+func TestHoldExpiresLeavesAMinuteOfMargin(t *testing.T) {
+	for _, tc := range []struct{ ttl, want int64 }{
+		{1, 60_001},
+		{1000, 61_000},
+		{30_000, 90_000},
+		{59_999, 119_999},
+		{60_000, 120_000},
+		{60_001, 120_002},
+		{300_000, 600_000},
+		{MaxHoldTTL, 2 * MaxHoldTTL},
+	} {
+		if got := HoldExpires(tc.ttl); got != tc.want {
+			t.Errorf("HoldExpires(%d) = %d, want %d", tc.ttl, got, tc.want)
+		}
+		if got := HoldExpires(tc.ttl) - tc.ttl; got < HoldExpiryMargin.Milliseconds() {
+			t.Errorf("HoldExpires(%d) leaves %d ms of margin", tc.ttl, got)
+		}
 	}
 }
 
