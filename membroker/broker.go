@@ -51,6 +51,11 @@ type Config struct {
 	// (or clock timer) caused the event: it must return quickly and must
 	// not call the broker. Defaults to nil: nothing is reported.
 	Observer func(Event)
+	// Timing loosens the model's timing the way a live broker's is loose:
+	// publishes that land late and timers that fire late. Defaults to the
+	// zero Timing: exact. Negative durations count as 0 (Timing.Validate
+	// reports them).
+	Timing Timing
 }
 
 // Broker is one in-memory RabbitMQ node with a single virtual host, "/", and
@@ -67,6 +72,8 @@ type Broker struct {
 	conns  []*Connection // open, in dial order
 
 	events   minheap.Heap[event]
+	timing   timing
+	landing  time.Time // while a client publish routes: when its messages land
 	eventSeq uint64
 	armedAt  time.Time // earliest deadline a clock timer is pending for; zero if none
 	msgSeq   uint64
@@ -97,7 +104,8 @@ func New(cfg Config) *Broker {
 	if clk == nil {
 		clk = clock.New()
 	}
-	b := &Broker{clk: clk, version: cfg.Version, queues: map[string]*queue{}, now: clk.Now(), observer: cfg.Observer}
+	b := &Broker{clk: clk, version: cfg.Version, queues: map[string]*queue{}, now: clk.Now(), observer: cfg.Observer,
+		timing: newTiming(cfg.Timing)}
 	b.events.Less = eventBefore
 	b.fired = b.onTimer
 	return b
@@ -179,14 +187,14 @@ func (b *Broker) advance(now time.Time) {
 			if !q.isQuorum() {
 				// A classic queue's one TTL timer ({drop_expired,Vsn}); an
 				// event it was re-armed away from never fires.
-				if q.ttlArmed.Equal(ev.at) {
-					q.ttlArmed = time.Time{}
+				if q.ttlFires.Equal(ev.at) {
+					q.ttlArmed, q.ttlFires = time.Time{}, time.Time{}
 					b.dropExpired(q)
 				}
 				break
 			}
-			if q.ttlArmed.Equal(ev.at) {
-				q.ttlArmed = time.Time{}
+			if q.ttlFires.Equal(ev.at) {
+				q.ttlArmed, q.ttlFires = time.Time{}, time.Time{}
 			}
 			b.run(q)
 		case evQueueExpiry:
@@ -194,9 +202,8 @@ func (b *Broker) advance(now time.Time) {
 			switch {
 			case q.leaseDue.IsZero():
 				// Suspended by a consumer; renewLease arms it again.
-			case q.leaseDue.After(ev.at):
-				q.leaseArmed = true // renewed since: wait for the new deadline
-				b.schedule(q.leaseDue, evQueueExpiry, q)
+			case q.leaseDue.After(q.leaseArmedFor):
+				b.armLease(q) // renewed since: wait for the new deadline
 			case q.consumerCount() == 0:
 				b.deleteQueue(q, "expired")
 			}
@@ -275,8 +282,23 @@ func (b *Broker) armHeadExpiry(q *queue) {
 	if !ok || (!q.ttlArmed.IsZero() && !at.Before(q.ttlArmed)) {
 		return
 	}
+	b.armHeadTimer(q, at)
+}
+
+// armHeadTimer arms q's head-expiry timer for a head due at, to fire that
+// late as the timing draws.
+func (b *Broker) armHeadTimer(q *queue, at time.Time) {
 	q.ttlArmed = at
-	b.schedule(at, evHeadExpiry, q)
+	q.ttlFires = at.Add(b.timing.slack())
+	b.schedule(q.ttlFires, evHeadExpiry, q)
+}
+
+// armLease arms q's x-expires timer for its lease as it stands, to fire that
+// late as the timing draws.
+func (b *Broker) armLease(q *queue) {
+	q.leaseArmed = true
+	q.leaseArmedFor = q.leaseDue
+	b.schedule(q.leaseDue.Add(b.timing.leaseSlack(q)), evQueueExpiry, q)
 }
 
 // renewLease restarts q's x-expires period from now, if it has one and no
@@ -289,8 +311,7 @@ func (b *Broker) renewLease(q *queue) {
 	}
 	q.leaseDue = b.now.Add(time.Duration(q.cfg.expires) * time.Millisecond)
 	if !q.leaseArmed {
-		q.leaseArmed = true
-		b.schedule(q.leaseDue, evQueueExpiry, q)
+		b.armLease(q)
 	}
 }
 
@@ -348,8 +369,7 @@ func (b *Broker) dropExpired(q *queue) {
 	if !ok || (!q.ttlArmed.IsZero() && !at.Add(time.Millisecond).Before(q.ttlArmed)) {
 		return
 	}
-	q.ttlArmed = at
-	b.schedule(at, evHeadExpiry, q)
+	b.armHeadTimer(q, at)
 }
 
 // newMessage builds the stored form of a publishing whose headers, in wire
@@ -460,6 +480,21 @@ func (b *Broker) deliverTo(targets []*queue, m *message, from *deathSite) {
 	}
 }
 
+// landed is when the message being enqueued on q counts as having landed
+// there: now, or for a client publish under Timing.Latency its landing
+// time, never before the landing of q's previous one.
+func (b *Broker) landed(q *queue) time.Time {
+	if b.landing.IsZero() {
+		return b.now
+	}
+	at := b.landing
+	if at.Before(q.lastLanding) {
+		at = q.lastLanding
+	}
+	q.lastLanding = at
+	return at
+}
+
 // enqueue adds a freshly routed message to q: it goes straight to a consumer
 // with room when nothing is waiting, else to the back of its level.
 func (b *Broker) enqueue(q *queue, m *message) {
@@ -484,7 +519,7 @@ func (b *Broker) enqueue(q *queue, m *message) {
 		if q.isQuorum() && ttl == 0 {
 			ttl = 1 // rabbit_fifo: discard unless consumed within the same millisecond
 		}
-		m.expiry, m.hasExpiry = b.now.Add(time.Duration(ttl)*time.Millisecond), true
+		m.expiry, m.hasExpiry = b.landed(q).Add(time.Duration(ttl)*time.Millisecond), true
 	}
 	if q.ready == 0 && !q.isQuorum() {
 		// deliver_or_enqueue: a consumer with room gets the message before

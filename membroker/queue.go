@@ -152,16 +152,19 @@ type queue struct {
 	exclusiveBy *consumer
 	hadConsumer bool
 
-	ttlArmed time.Time // deadline of the pending head-expiry event, zero if none
+	ttlArmed    time.Time // deadline of the head the pending head-expiry timer covers, zero if none
+	ttlFires    time.Time // when that timer fires: ttlArmed plus its slack (Timing)
+	lastLanding time.Time // when the last client publish to land here landed (Timing.Latency)
 	// x-expires: leaseDue is when the queue expires if nothing renews it,
 	// zero while it cannot (it has consumers, or no x-expires); leaseArmed
 	// says an expiry event is pending. Renewing only moves leaseDue: the
 	// pending event, when it fires early, re-arms itself at leaseDue, so a
 	// hold queue declared before every publish costs one event per lease
 	// period, not one per declaration.
-	leaseDue   time.Time
-	leaseArmed bool
-	lastActive time.Time
+	leaseDue      time.Time
+	leaseArmed    bool
+	leaseArmedFor time.Time // the leaseDue the pending expiry event was armed for
+	lastActive    time.Time
 }
 
 func (q *queue) isQuorum() bool { return q.cfg.kind == quorumKind }
