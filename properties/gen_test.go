@@ -73,6 +73,17 @@ func scenarioGen() *rapid.Generator[sim.Scenario] {
 		for range nf {
 			s.Faults = append(s.Faults, faultGen(t, s, dur))
 		}
+		// The broker's timing: exact, the measured defaults, or looser
+		// (drawn last, so that the regressions kept before it replay).
+		switch rapid.IntRange(0, 2).Draw(t, "timing") {
+		case 1:
+			s.Timing = sim.Timing{Exact: true}
+		case 2:
+			s.Timing = sim.Timing{
+				Latency:    sim.Duration(rapid.Int64Range(1, int64(10*time.Millisecond)).Draw(t, "latency_ns")),
+				TimerSlack: sim.Duration(rapid.Int64Range(1, int64(5*time.Millisecond)).Draw(t, "timer_slack_ns")),
+			}
+		}
 		return s
 	})
 }

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -190,6 +192,7 @@ func (r *runner) observe(ev membroker.Event) {
 			r.emit(Event{Kind: EvHoldExpired, Queue: ev.Queue, Worker: -1, Detail: ev.Reason})
 			if ev.Messages > 0 {
 				r.violate(6, nil, fmt.Sprintf("hold queue %s went (%s) with %d messages in it", ev.Queue, ev.Reason, ev.Messages))
+				r.lose(ev.Queue, ev.Messages)
 			}
 		case qr.role == roleWork || qr.role == roleDead || qr.role == roleWait:
 			r.failf("queue %s deleted (%s)", ev.Queue, ev.Reason)
@@ -221,6 +224,32 @@ func (r *runner) observe(ev membroker.Event) {
 		case roleDead:
 			r.auditDue = true
 		}
+	}
+}
+
+// lose ends, as lost, the jobs held in hold queue name, which the broker
+// has just deleted with n messages in it: they will never come back.
+func (r *runner) lose(name string, n int) {
+	var lost []*job
+	r.jobs.each(func(_ uint64, j *job) {
+		for k, h := range j.holds {
+			if h.queue == name {
+				j.holds = append(j.holds[:k], j.holds[k+1:]...)
+				lost = append(lost, j)
+				break
+			}
+		}
+	})
+	if len(lost) != n {
+		r.failf("hold queue %s went with %d messages, and the simulation held %d jobs there", name, n, len(lost))
+		return
+	}
+	slices.SortFunc(lost, func(a, b *job) int { return cmp.Compare(a.n, b.n) })
+	for _, j := range lost {
+		j.copies--
+		r.emit(Event{Kind: EvLost, Job: j.n, Queue: name, Worker: -1})
+		r.end1(j, "lost", "")
+		r.retire(j)
 	}
 }
 
@@ -324,7 +353,7 @@ func (r *runner) released(q *simQueue, j *job, ev membroker.Event) {
 	} else {
 		r.res.RetryAddedWait.Add(added)
 	}
-	if late < 0 || late > expiryResolution {
+	if late < 0 || late > expiryResolution+r.releaseSlack {
 		r.violate(2, j, fmt.Sprintf("held in %s at %s for %s, released %s after it was due", ev.DeadLetteredFrom,
 			appendVirtual(nil, h.at), h.ttl, late))
 	}

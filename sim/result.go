@@ -60,11 +60,14 @@ type Result struct {
 
 // JobCounts counts jobs by what became of them.
 type JobCounts struct {
-	Arrived               int `json:"arrived"` // malformed bodies included
-	Succeeded             int `json:"succeeded"`
-	DeadLettered          int `json:"dead_lettered"`
-	InFlight              int `json:"in_flight"`
-	Duplicates            int `json:"duplicates"` // extra terminal states, explained by crashes
+	Arrived      int `json:"arrived"` // malformed bodies included
+	Succeeded    int `json:"succeeded"`
+	DeadLettered int `json:"dead_lettered"`
+	InFlight     int `json:"in_flight"`
+	Duplicates   int `json:"duplicates"` // extra terminal states, explained by crashes
+	// Lost counts confirmed jobs the broker dropped: a hold queue deleted by
+	// its x-expires with them inside (invariant 6 reports each such queue).
+	Lost                  int `json:"lost"`
 	Poison                int `json:"poison"`
 	Malformed             int `json:"malformed"`
 	MalformedDeadLettered int `json:"malformed_dead_lettered"`
@@ -153,6 +156,7 @@ const (
 	streamResult
 	streamJobResult
 	streamJitter
+	streamBroker // seeds membroker's Timing
 )
 
 func splitmix(x uint64) uint64 {

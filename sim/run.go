@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,13 +43,14 @@ type Options struct {
 type mutation int
 
 const (
-	mutNone           mutation = iota
-	mutEarly                   // holds are published for a quarter of the decided delay
-	mutSpendAttempt            // a deferral's successor counts an attempt
-	mutDeferPriority0          // a deferral comes back at priority 0
-	mutLoseRetry               // a retry's successor is never published
-	mutWrongReason             // a dead letter is published with another reason
-	mutHoldBound               // the hold-queue bound is taken as 1
+	mutNone            mutation = iota
+	mutEarly                    // holds are published for a quarter of the decided delay
+	mutSpendAttempt             // a deferral's successor counts an attempt
+	mutDeferPriority0           // a deferral comes back at priority 0
+	mutLoseRetry                // a retry's successor is never published
+	mutWrongReason              // a dead letter is published with another reason
+	mutHoldBound                // the hold-queue bound is taken as 1
+	mutHoldExpires2TTL          // hold queues are declared with seed 000's x-expires, 2 × TTL
 )
 
 // Start is the virtual instant every run starts at.
@@ -197,8 +199,12 @@ type runner struct {
 	holdNames   map[string]queueRole // hold queue names seen, classified
 	recentNames [4]recentName        // the names classified last
 	recentNext  int
-	jobArgs     simJob          // the arguments of the job being enqueued
-	squatted    map[string]bool // hold queue names a refuse-hold fault holds
+	jobArgs     simJob // the arguments of the job being enqueued
+	// releaseSlack is how late after its TTL a hold may be released and
+	// still be on time (invariant 2), beyond expiryResolution: the
+	// broker's latency and timer slack.
+	releaseSlack time.Duration
+	squatted     map[string]bool // hold queue names a refuse-hold fault holds
 
 	producerConn *membroker.Connection
 	producerBack *rabbitmq.Backend
@@ -362,11 +368,16 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	}
 	r.end = Start.Add(s.Duration.D())
 	r.stop = r.end.Add(s.Drain.D())
-	r.broker = membroker.New(membroker.Config{Clock: r.clk, Version: version, Observer: r.observe})
+	r.broker = membroker.New(membroker.Config{Clock: r.clk, Version: version, Observer: r.observe, Timing: s.Timing.membroker(s.Seed)})
+	// A hold is released on time if it reaches the work queue no later
+	// than the broker's landing latency and timer slack allow.
+	if !s.Timing.Exact {
+		r.releaseSlack = s.Timing.Latency.D() + s.Timing.TimerSlack.D()
+	}
 
 	var err error
 	r.producerConn, _ = r.broker.Dial()
-	r.producerBack, err = rabbitmq.New(rabbitmq.Channels(r.producerConn.Channel), rabbitmq.Options{Topology: r.top})
+	r.producerBack, err = rabbitmq.New(r.channels(r.producerConn), rabbitmq.Options{Topology: r.top})
 	if err != nil {
 		return nil, fmt.Errorf("sim: producer backend: %w", err)
 	}
@@ -487,6 +498,31 @@ func hasReplayDefer(spec Queue) bool {
 	return false
 }
 
+// channels opens the channels of a backend on conn: membroker's own, or
+// under mutHoldExpires2TTL, ones that declare hold queues with 2 × TTL.
+func (r *runner) channels(conn *membroker.Connection) func() (rabbitmq.Channel, error) {
+	open := rabbitmq.Channels(conn.Channel)
+	if r.opts.mutate != mutHoldExpires2TTL {
+		return open
+	}
+	return func() (rabbitmq.Channel, error) {
+		ch, err := open()
+		return oldExpiresChannel{ch}, err
+	}
+}
+
+// oldExpiresChannel declares hold queues with seed 000's x-expires, twice
+// the TTL, whatever the backend asks: the rule issue 11 replaced.
+type oldExpiresChannel struct{ rabbitmq.Channel }
+
+func (c oldExpiresChannel) QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error) {
+	if ttl, ok := args["x-message-ttl"].(int64); ok && args["x-expires"] != nil {
+		args = maps.Clone(args)
+		args["x-expires"] = 2 * ttl
+	}
+	return c.Channel.QueueDeclare(name, durable, autoDelete, exclusive, noWait, args)
+}
+
 // startWorker connects a worker and subscribes it to its queue.
 func (r *runner) startWorker(w *worker) error {
 	conn, err := r.broker.Dial()
@@ -494,7 +530,7 @@ func (r *runner) startWorker(w *worker) error {
 		return err
 	}
 	w.conn = conn
-	open := rabbitmq.Channels(conn.Channel)
+	open := r.channels(conn)
 	w.rb, err = rabbitmq.New(open, rabbitmq.Options{Topology: r.top})
 	if err != nil {
 		return fmt.Errorf("sim: worker backend: %w", err)
@@ -1076,6 +1112,8 @@ func (r *runner) end1(j *job, state, reason string) {
 		r.res.Jobs.DeadLettered++
 		r.res.DeadByReason[deadKey(reason)]++
 		r.res.Attempts.Add(j.failures + 1)
+	case "lost":
+		r.res.Jobs.Lost++
 	}
 }
 

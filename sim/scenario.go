@@ -64,6 +64,9 @@ type Scenario struct {
 	Profile string `json:"profile,omitempty"`
 	// Topology sets the hold-queue granularities.
 	Topology Topology `json:"topology,omitzero"`
+	// Timing is how loose the simulated broker's timing is. Each field
+	// documents its default, measured on a live RabbitMQ 4.0.5.
+	Timing Timing `json:"timing,omitzero"`
 	// Legacy runs the topology queuey replaced, one shared wait queue per
 	// work queue with a per-message expiration, instead of hold queues: the
 	// negative control whose head-of-line blocking invariant 2 must catch.
@@ -80,6 +83,44 @@ type Topology struct {
 	RetryGranularity Duration `json:"retry_granularity,omitempty"`
 	// DeferredGranularity rounds deferrals. Defaults to 1s.
 	DeferredGranularity Duration `json:"deferred_granularity,omitempty"`
+}
+
+// Timing is the broker's latency and timer slack (membroker.Timing), drawn
+// from the scenario's seed. A model exact where the broker is sloppy hides
+// real losses: with exact timing a hold queue whose x-expires leaves one
+// TTL of margin never loses a job, while a live broker loses one in seven
+// at a 1 ms TTL (docs/hold-queue-expiry.md).
+type Timing struct {
+	// Exact turns latency and slack off: publishes land at the instant of
+	// the call and timers fire on time. Defaults to false.
+	Exact bool `json:"exact,omitempty"`
+	// Latency is the most a published message takes to land in its queue
+	// after the declaration before it; its TTL starts then. Defaults to
+	// DefaultLatency.
+	Latency Duration `json:"latency,omitempty"`
+	// TimerSlack is the most a queue's expiry timers fire late. Defaults
+	// to DefaultTimerSlack.
+	TimerSlack Duration `json:"timer_slack,omitempty"`
+	// QuorumTick is how often a quorum queue checks its x-expires.
+	// Defaults to 5s, RabbitMQ 4's quorum_tick_interval.
+	QuorumTick Duration `json:"quorum_tick,omitempty"`
+}
+
+// The broker timing a scenario gets by default: the p99 of what was measured
+// on a live RabbitMQ 4.0.5 on this project's 2-core machine, loaded (see
+// docs/hold-queue-expiry.md, "Measured on this machine").
+const (
+	DefaultLatency    = time.Millisecond
+	DefaultTimerSlack = time.Millisecond
+)
+
+// membroker returns the timing membroker models for t (defaults applied),
+// its draws seeded from seed.
+func (t Timing) membroker(seed uint64) membroker.Timing {
+	if t.Exact {
+		return membroker.Timing{}
+	}
+	return membroker.Timing{Latency: t.Latency.D(), TimerSlack: t.TimerSlack.D(), QuorumTick: t.QuorumTick.D(), Seed: splitmix(seed ^ streamBroker)}
 }
 
 // Queue is one work queue with its workload.
@@ -299,6 +340,17 @@ func (s Scenario) WithDefaults() Scenario {
 	if s.Topology.DeferredGranularity == 0 {
 		s.Topology.DeferredGranularity = Duration(time.Second)
 	}
+	if !s.Timing.Exact {
+		if s.Timing.Latency == 0 {
+			s.Timing.Latency = Duration(DefaultLatency)
+		}
+		if s.Timing.TimerSlack == 0 {
+			s.Timing.TimerSlack = Duration(DefaultTimerSlack)
+		}
+		if s.Timing.QuorumTick == 0 {
+			s.Timing.QuorumTick = Duration(5 * time.Second)
+		}
+	}
 	qs := make([]Queue, len(s.Queues))
 	for i, q := range s.Queues {
 		if q.Name == "" && i == 0 {
@@ -384,6 +436,14 @@ func (s Scenario) Validate() error {
 	}
 	if s.Topology.DeferredGranularity < 0 {
 		return fieldErr("topology.deferred_granularity", "must be positive, got %s", s.Topology.DeferredGranularity.D())
+	}
+	for _, f := range []struct {
+		name string
+		d    Duration
+	}{{"latency", s.Timing.Latency}, {"timer_slack", s.Timing.TimerSlack}, {"quorum_tick", s.Timing.QuorumTick}} {
+		if f.d < 0 {
+			return fieldErr("timing."+f.name, "must not be negative, got %s", f.d.D())
+		}
 	}
 	if len(s.Queues) == 0 {
 		return fieldErr("queues", "at least one queue is needed")

@@ -32,6 +32,7 @@ const (
 	EvRefuse                            // hold queue Queue is squatted with other arguments (Detail: on/off)
 	EvSettleFailed                      // publishing the successor failed: Detail
 	EvViolation                         // an invariant is broken: Detail
+	EvLost                              // the job was dropped with hold queue Queue (x-expires)
 )
 
 var eventNames = [...]string{
@@ -39,7 +40,7 @@ var eventNames = [...]string{
 	EvHold: "hold", EvRelease: "release", EvAck: "ack", EvRequeue: "requeue",
 	EvDeadLetter: "dead-letter", EvHoldCreated: "hold-created", EvHoldExpired: "hold-expired",
 	EvCrash: "crash", EvDrop: "drop", EvRestart: "restart", EvRefuse: "refuse-hold",
-	EvSettleFailed: "settle-failed", EvViolation: "VIOLATION",
+	EvSettleFailed: "settle-failed", EvViolation: "VIOLATION", EvLost: "lost",
 }
 
 func (k EventKind) String() string {
