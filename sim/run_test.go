@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 func dur(d time.Duration) Duration { return Duration(d) }
