@@ -26,6 +26,7 @@ type report struct {
 	Duration            sim.Duration   `json:"duration"`
 	Drain               sim.Duration   `json:"drain"`
 	Profile             string         `json:"profile"`
+	Timing              sim.Timing     `json:"timing"`
 	DeferredGranularity sim.Duration   `json:"deferred_granularity"`
 	Queues              []queueInfo    `json:"queues"`
 	Budget              int            `json:"budget"`
@@ -87,7 +88,7 @@ func newReport(p *plan, budget int, rows []row) *report {
 	b := p.base
 	rep := &report{
 		Scenario: b.Name, Source: p.source, Seed: p.seed, Duration: b.Duration, Drain: b.Drain,
-		Profile: b.Profile, DeferredGranularity: b.Topology.DeferredGranularity, Budget: budget,
+		Profile: b.Profile, Timing: b.Timing, DeferredGranularity: b.Topology.DeferredGranularity, Budget: budget,
 	}
 	for _, q := range b.Queues {
 		rep.Queues = append(rep.Queues, queueInfo{Name: q.Name, Type: q.Type, Workers: q.Workers, Prefetch: q.Prefetch})
@@ -170,6 +171,12 @@ func writeTable(w io.Writer, rep *report) error {
 	fmt.Fprintf(&b, "queuey-sim: %s (%s)\n", rep.Scenario, rep.Source)
 	fmt.Fprintf(&b, "seed %d; %s of arrivals, then %s of drain (virtual time); profile %s; deferred granularity %s\n",
 		rep.Seed, fmtGranularity(rep.Duration.D()), fmtGranularity(rep.Drain.D()), rep.Profile, fmtGranularity(rep.DeferredGranularity.D()))
+	if t := rep.Timing; t.Exact {
+		b.WriteString("broker timing: exact (publishes land at once, timers fire on time)\n")
+	} else {
+		fmt.Fprintf(&b, "broker timing: publishes land up to %s late, timers fire up to %s late\n",
+			fmtDur(t.Latency.D()), fmtDur(t.TimerSlack.D()))
+	}
 	for _, q := range rep.Queues {
 		fmt.Fprintf(&b, "queue %s: %s, %d workers at prefetch %d\n", q.Name, q.Type, q.Workers, q.Prefetch)
 	}
@@ -194,9 +201,11 @@ func writeTable(w io.Writer, rep *report) error {
 const legend = `hold queues: how many exist at once, peak and time-weighted mean.
 declarations per second: hold-queue declarations on the broker per virtual second (the
   backend declares before every hold, so this follows the holds, not the granularity).
-added wait: a retry's hold, its release minus the delay asked for (the rounding up to the granularity).
+added wait: a retry's hold, its release minus the delay asked for (the rounding up to the
+  granularity, and the broker's latency and timer slack).
 deferred wait: a released deferral's time from its release to its delivery;
 backlog wait: a new job's time from enqueue to its first delivery (both p50 and p99).
+lost: confirmed jobs the broker dropped with a hold queue that expired while they were in it.
 invariant violations must be 0.
 `
 
@@ -222,19 +231,19 @@ func tableRow(r rowReport) []string {
 		fmtDur(r.AddedWait.P50), fmtDur(r.AddedWait.P99), fmtDur(r.AddedWait.Max),
 		fmtDur(r.DeferredWait.P50), fmtDur(r.DeferredWait.P99),
 		fmtDur(r.BacklogWait.P50), fmtDur(r.BacklogWait.P99),
-		strconv.Itoa(r.Jobs.DeadLettered), viol,
+		strconv.Itoa(r.Jobs.DeadLettered), strconv.Itoa(r.Jobs.Lost), viol,
 	}
 }
 
 // newTable returns the sweep table's columns and their group headers.
 func newTable() *table {
 	return &table{
-		heads: []string{"granularity", "peak", "mean", "per second", "p50", "p99", "max", "p50", "p99", "p50", "p99", "dead-lettered", "violations"},
+		heads: []string{"granularity", "peak", "mean", "per second", "p50", "p99", "max", "p50", "p99", "p50", "p99", "dead-lettered", "lost", "violations"},
 		groups: []group{
 			{"retry", 0, 1}, {"hold queues", 1, 3}, {"declarations", 3, 4}, {"added wait", 4, 7},
-			{"deferred wait", 7, 9}, {"backlog wait", 9, 11}, {"jobs", 11, 12}, {"invariant", 12, 13},
+			{"deferred wait", 7, 9}, {"backlog wait", 9, 11}, {"jobs", 11, 13}, {"invariant", 13, 14},
 		},
-		leftCols: map[int]bool{0: true, 12: true},
+		leftCols: map[int]bool{0: true, 13: true},
 	}
 }
 
@@ -246,7 +255,7 @@ func writeCSV(w io.Writer, rep *report) error {
 		"hold_queues_peak", "hold_queues_mean", "declarations_per_second",
 		"added_wait_p50_ms", "added_wait_p99_ms", "added_wait_max_ms",
 		"deferred_wait_p50_ms", "deferred_wait_p99_ms", "backlog_wait_p50_ms", "backlog_wait_p99_ms",
-		"dead_lettered", "violations", "expected_violations", "trace_hash",
+		"dead_lettered", "lost", "violations", "expected_violations", "trace_hash",
 	}); err != nil {
 		return err
 	}
@@ -256,7 +265,7 @@ func writeCSV(w io.Writer, rep *report) error {
 			strconv.Itoa(r.HoldQueuesPeak), fmtFloat(r.HoldQueuesMean), fmtFloat(r.DeclarationsPerSecond),
 			ms(r.AddedWait.P50), ms(r.AddedWait.P99), ms(r.AddedWait.Max),
 			ms(r.DeferredWait.P50), ms(r.DeferredWait.P99), ms(r.BacklogWait.P50), ms(r.BacklogWait.P99),
-			strconv.Itoa(r.Jobs.DeadLettered), strconv.Itoa(r.Violations), strconv.Itoa(r.ExpectedViolations), r.TraceHash,
+			strconv.Itoa(r.Jobs.DeadLettered), strconv.Itoa(r.Jobs.Lost), strconv.Itoa(r.Violations), strconv.Itoa(r.ExpectedViolations), r.TraceHash,
 		}
 		if err := cw.Write(rec); err != nil {
 			return err
