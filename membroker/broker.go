@@ -73,7 +73,6 @@ type Broker struct {
 
 	events   minheap.Heap[event]
 	timing   timing
-	landing  time.Time // while a client publish routes: when its messages land
 	eventSeq uint64
 	armedAt  time.Time // earliest deadline a clock timer is pending for; zero if none
 	msgSeq   uint64
@@ -302,14 +301,14 @@ func (b *Broker) armLease(q *queue) {
 }
 
 // renewLease restarts q's x-expires period from now, if it has one and no
-// consumers.
+// consumers: from up to Timing.Latency before now, as the timing draws.
 func (b *Broker) renewLease(q *queue) {
 	q.lastActive = b.now
 	if !q.cfg.hasExpires || q.consumerCount() > 0 {
 		q.leaseDue = time.Time{}
 		return
 	}
-	q.leaseDue = b.now.Add(time.Duration(q.cfg.expires) * time.Millisecond)
+	q.leaseDue = b.now.Add(time.Duration(q.cfg.expires)*time.Millisecond - b.timing.latency())
 	if !q.leaseArmed {
 		b.armLease(q)
 	}
@@ -480,21 +479,6 @@ func (b *Broker) deliverTo(targets []*queue, m *message, from *deathSite) {
 	}
 }
 
-// landed is when the message being enqueued on q counts as having landed
-// there: now, or for a client publish under Timing.Latency its landing
-// time, never before the landing of q's previous one.
-func (b *Broker) landed(q *queue) time.Time {
-	if b.landing.IsZero() {
-		return b.now
-	}
-	at := b.landing
-	if at.Before(q.lastLanding) {
-		at = q.lastLanding
-	}
-	q.lastLanding = at
-	return at
-}
-
 // enqueue adds a freshly routed message to q: it goes straight to a consumer
 // with room when nothing is waiting, else to the back of its level.
 func (b *Broker) enqueue(q *queue, m *message) {
@@ -519,7 +503,7 @@ func (b *Broker) enqueue(q *queue, m *message) {
 		if q.isQuorum() && ttl == 0 {
 			ttl = 1 // rabbit_fifo: discard unless consumed within the same millisecond
 		}
-		m.expiry, m.hasExpiry = b.landed(q).Add(time.Duration(ttl)*time.Millisecond), true
+		m.expiry, m.hasExpiry = b.now.Add(time.Duration(ttl)*time.Millisecond), true
 	}
 	if q.ready == 0 && !q.isQuorum() {
 		// deliver_or_enqueue: a consumer with room gets the message before

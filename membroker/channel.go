@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -490,9 +489,7 @@ func (ch *Channel) Publish(exchange, key string, mandatory, immediate bool, msg 
 			ch.conn.send(outItem{kind: outReturn, ret: l, r: &r})
 		}
 	}
-	b.landing = b.timing.landing(b.now)
 	b.deliverTo(targets, m, nil)
-	b.landing = time.Time{}
 	if ch.confirming {
 		for _, l := range ch.publishL {
 			ch.conn.send(outItem{kind: outConfirm, confirm: l, conf: amqp.Confirmation{DeliveryTag: ch.published, Ack: true}})

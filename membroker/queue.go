@@ -152,9 +152,8 @@ type queue struct {
 	exclusiveBy *consumer
 	hadConsumer bool
 
-	ttlArmed    time.Time // deadline of the head the pending head-expiry timer covers, zero if none
-	ttlFires    time.Time // when that timer fires: ttlArmed plus its slack (Timing)
-	lastLanding time.Time // when the last client publish to land here landed (Timing.Latency)
+	ttlArmed time.Time // deadline of the head the pending head-expiry timer covers, zero if none
+	ttlFires time.Time // when that timer fires: ttlArmed plus its slack (Timing)
 	// x-expires: leaseDue is when the queue expires if nothing renews it,
 	// zero while it cannot (it has consumers, or no x-expires); leaseArmed
 	// says an expiry event is pending. Renewing only moves leaseDue: the

@@ -17,19 +17,23 @@ import (
 // (docs/hold-queue-expiry.md). On a live broker that happens when the time
 // between the declaration that renewed the lease and the landing of the
 // message, plus the lateness of the queue's timers, exceeds x-expires − TTL.
-// With Latency and TimerSlack set, the model has both.
+// The model does a declaration and the publish after it at one instant;
+// with Latency and TimerSlack set, it has both gaps.
 //
 // Every draw comes from a generator seeded with Seed, in the order of the
 // calls into the broker: the same calls give the same draws.
 type Timing struct {
-	// Latency is the most a published message takes to land in its queue:
-	// each client publish draws a delay uniformly from [0, Latency], and
-	// its messages' TTLs count from the landing, never earlier than the
-	// landing of the message published to the same queue before it (a
-	// queue takes its messages in order). The publish is routed, made
-	// deliverable and confirmed at the call, as before; only when its TTL
-	// starts moves. Dead letters, which the broker moves between its own
-	// queues, land at once. Defaults to 0.
+	// Latency is the most the broker's taking of a call precedes the
+	// landing of the client's next operation: the round trip of a
+	// declaration's reply and the publish that follows it. The model does
+	// both at one instant, so it moves the earlier one back: each renewal
+	// of a queue's x-expires lease (a declaration, a basic.get, the last
+	// consumer leaving) counts from a time drawn uniformly from
+	// [now − Latency, now]. A message published right after the
+	// declaration that renewed its queue's lease so lands up to Latency
+	// into the lease, as on a live broker, while everything a client can
+	// observe (what is delivered, counted, confirmed, and when a TTL
+	// starts) stays at the call. Defaults to 0.
 	Latency time.Duration
 	// TimerSlack is the most a timer fires late: every time a classic
 	// queue's head-expiry timer or x-expires timer, or a quorum queue's
@@ -90,14 +94,9 @@ func (t *timing) below(d time.Duration) time.Duration {
 	return time.Duration(t.rng.Int64N(int64(d)))
 }
 
-// landing is when a client publish made at now lands: zero, meaning "at
-// once, in call order", without Latency.
-func (t *timing) landing(now time.Time) time.Time {
-	if t.Latency <= 0 {
-		return time.Time{}
-	}
-	return now.Add(t.upTo(t.Latency))
-}
+// latency is how long before the model's instant a lease renewal took
+// effect.
+func (t *timing) latency() time.Duration { return t.upTo(t.Latency) }
 
 // slack is how late a timer just armed will fire.
 func (t *timing) slack() time.Duration { return t.upTo(t.TimerSlack) }

@@ -12,7 +12,7 @@ import (
 // same job retried waits its backoff rounded up to the retry granularity.
 // The run checks every invariant as it goes. The simulated broker is as
 // sloppy as a live one (Scenario.Timing): each hold comes back a little
-// after its TTL, up to the broker's latency plus its timer slack.
+// after its TTL, up to the broker's timer slack.
 func ExampleRun() {
 	s := sim.Scenario{
 		Duration: sim.Duration(time.Second),
@@ -34,7 +34,7 @@ func ExampleRun() {
 	fmt.Printf("hold queues created %d, added wait max %s\n", res.HoldQueuesCreated, res.AddedWait.Max())
 	// Output:
 	// succeeded 1, attempts [0 0 1], deferrals 1, violations 0
-	// hold queues created 2, added wait max 1.547638ms
+	// hold queues created 2, added wait max 560.018µs
 }
 
 // The negative control: with one shared wait queue and per-message

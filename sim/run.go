@@ -202,7 +202,7 @@ type runner struct {
 	jobArgs     simJob // the arguments of the job being enqueued
 	// releaseSlack is how late after its TTL a hold may be released and
 	// still be on time (invariant 2), beyond expiryResolution: the
-	// broker's latency and timer slack.
+	// broker's timer slack.
 	releaseSlack time.Duration
 	squatted     map[string]bool // hold queue names a refuse-hold fault holds
 
@@ -370,9 +370,9 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	r.stop = r.end.Add(s.Drain.D())
 	r.broker = membroker.New(membroker.Config{Clock: r.clk, Version: version, Observer: r.observe, Timing: s.Timing.membroker(s.Seed)})
 	// A hold is released on time if it reaches the work queue no later
-	// than the broker's landing latency and timer slack allow.
+	// than the broker's timer slack allows.
 	if !s.Timing.Exact {
-		r.releaseSlack = s.Timing.Latency.D() + s.Timing.TimerSlack.D()
+		r.releaseSlack = s.Timing.TimerSlack.D()
 	}
 
 	var err error

@@ -94,9 +94,10 @@ type Timing struct {
 	// Exact turns latency and slack off: publishes land at the instant of
 	// the call and timers fire on time. Defaults to false.
 	Exact bool `json:"exact,omitempty"`
-	// Latency is the most a published message takes to land in its queue
-	// after the declaration before it; its TTL starts then. Defaults to
-	// DefaultLatency.
+	// Latency is the most a message published right after a declaration
+	// lands into the x-expires lease that declaration renewed: the broker
+	// takes the declaration, replies, and the publish crosses back.
+	// Defaults to DefaultLatency.
 	Latency Duration `json:"latency,omitempty"`
 	// TimerSlack is the most a queue's expiry timers fire late. Defaults
 	// to DefaultTimerSlack.

@@ -174,7 +174,7 @@ func writeTable(w io.Writer, rep *report) error {
 	if t := rep.Timing; t.Exact {
 		b.WriteString("broker timing: exact (publishes land at once, timers fire on time)\n")
 	} else {
-		fmt.Fprintf(&b, "broker timing: publishes land up to %s late, timers fire up to %s late\n",
+		fmt.Fprintf(&b, "broker timing: a publish lands up to %s into the hold-queue lease its declaration renewed; timers fire up to %s late\n",
 			fmtDur(t.Latency.D()), fmtDur(t.TimerSlack.D()))
 	}
 	for _, q := range rep.Queues {
@@ -202,7 +202,7 @@ const legend = `hold queues: how many exist at once, peak and time-weighted mean
 declarations per second: hold-queue declarations on the broker per virtual second (the
   backend declares before every hold, so this follows the holds, not the granularity).
 added wait: a retry's hold, its release minus the delay asked for (the rounding up to the
-  granularity, and the broker's latency and timer slack).
+  granularity, and the broker's timer slack).
 deferred wait: a released deferral's time from its release to its delivery;
 backlog wait: a new job's time from enqueue to its first delivery (both p50 and p99).
 lost: confirmed jobs the broker dropped with a hold queue that expired while they were in it.
