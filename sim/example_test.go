@@ -34,7 +34,7 @@ func ExampleRun() {
 	fmt.Printf("hold queues created %d, added wait max %s\n", res.HoldQueuesCreated, res.AddedWait.Max())
 	// Output:
 	// succeeded 1, attempts [0 0 1], deferrals 1, violations 0
-	// hold queues created 2, added wait max 560.018µs
+	// hold queues created 2, added wait max 1.120035ms
 }
 
 // The negative control: with one shared wait queue and per-message
