@@ -274,6 +274,32 @@ func TestLiveRefusedDeclarationsLeaveBackendWorking(t *testing.T) {
 	}
 }
 
+// A hold queue an older queuey declared (x-expires 2 × TTL) is refused by
+// the live broker in the text the backend recognises: the error says an
+// older build made it, and what to do.
+func TestLiveHoldQueueOfAnOlderBuildIsExplained(t *testing.T) {
+	r := newLiveRig(t, Options{})
+	q := r.queue(1000)
+	if err := r.b.Declare(t.Context(), queuey.QueueConfig{Name: q}); err != nil {
+		t.Fatal(err)
+	}
+	old := HoldQueueArgs(q, 1000)
+	old["x-expires"] = int64(2000)
+	if _, err := r.adminChannel().QueueDeclare(q+".deferred.1000", true, false, false, false, old); err != nil {
+		t.Fatal(err)
+	}
+	err := r.b.Publish(t.Context(), testJob(q, "j", 0), time.Second, queuey.HoldRetry)
+	var amqpErr *amqp.Error
+	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.PreconditionFailed {
+		t.Fatalf("hold into an older build's hold queue: %v; want a 406", err)
+	}
+	for _, want := range []string{"x-expires 2000 ms (2 × TTL)", "older queuey", "this build declares 61000 ms", "Upgrade every process"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
+	}
+}
+
 func TestLiveOverLongNamesNeverReachTheClient(t *testing.T) {
 	r := newLiveRig(t, Options{})
 	long := strings.Repeat("q", 240)
