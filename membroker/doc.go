@@ -70,9 +70,22 @@
 // x-single-active-consumer, ...), or consuming with a valid x-priority, is
 // refused with 540 NOT_IMPLEMENTED rather than accepted and ignored (invalid
 // values get RabbitMQ's own errors first), so no test silently relies on a behaviour the
-// model lacks. RabbitMQ reaps an expired head within about a millisecond
-// and a quorum queue's x-expires on a 5 s tick; membroker does both exactly
-// at the deadline.
+// model lacks.
+//
+// # Timing
+//
+// By default the model is exact where a live broker is sloppy: RabbitMQ
+// reaps an expired head a millisecond or more late and checks a quorum
+// queue's x-expires on a 5 s tick, and a publish lands in its queue a round
+// trip after the declaration before it; membroker does each at its
+// deadline or at the instant of the call. That exactness hides losses: a
+// queue whose x-expires lease ends before the TTL of a message inside it
+// fires is deleted with the message. Config.Timing (a Timing) adds the
+// slack, drawn from its own seed: lease renewals count from up to Latency
+// before the call, timers fire up to TimerSlack late, and a quorum queue's
+// deletion comes up to QuorumTick late. The conformance suite runs exact,
+// and also runs every hand-written scenario with the simulator's timing
+// against the recorded live traces (TestHandWrittenWithSimulatorTiming).
 //
 // # Time and determinism
 //

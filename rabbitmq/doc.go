@@ -40,7 +40,7 @@
 // from when the message lands and ends when the queue's timer gets to it.
 // So x-expires − TTL must cover the broker's latency and timer slack. The
 // original design's 2 × TTL left one TTL of margin, and at a 1 ms TTL a
-// live RabbitMQ 4.0.5 lost about one confirmed job in seven. queuey now
+// live RabbitMQ 4.0.5 under load lost 15 to 41% of confirmed jobs. queuey now
 // leaves at least a minute (HoldExpiryMargin); from a TTL of a minute up
 // the rule is 2 × TTL as before. An idle hold queue now lives up to TTL +
 // 60 s after its last declaration.
