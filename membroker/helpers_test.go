@@ -21,9 +21,16 @@ type env struct {
 // fixed, non-zero instant.
 func newEnv(t *testing.T, v Version) *env {
 	t.Helper()
+	return newEnvWith(t, Config{Version: v})
+}
+
+// newEnvWith is newEnv with the rest of cfg; its Clock is the env's.
+func newEnvWith(t *testing.T, cfg Config) *env {
+	t.Helper()
 	clk := clock.NewMock()
 	clk.Set(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	b := New(Config{Clock: clk, Version: v})
+	cfg.Clock = clk
+	b := New(cfg)
 	conn, err := b.Dial()
 	if err != nil {
 		t.Fatal(err)

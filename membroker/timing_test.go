@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -19,19 +18,10 @@ type timedEvent struct {
 // timingEnv is newEnv with a Timing and an observer that records events.
 func timingEnv(t *testing.T, v Version, tm Timing) (*env, *[]timedEvent) {
 	t.Helper()
-	clk := clock.NewMock()
-	clk.Set(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	var events []timedEvent
-	b := New(Config{Clock: clk, Version: v, Timing: tm, Observer: func(ev Event) { events = append(events, timedEvent{ev, clk.Now()}) }})
-	conn, err := b.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, b: b, clk: clk, conn: conn, ch: ch}, &events
+	var e *env
+	e = newEnvWith(t, Config{Version: v, Timing: tm, Observer: func(ev Event) { events = append(events, timedEvent{ev, e.clk.Now()}) }})
+	return e, &events
 }
 
 // holdArgs are a hold queue's arguments with the given TTL and x-expires,
