@@ -2,7 +2,9 @@ package membroker
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,13 +17,25 @@ type timedEvent struct {
 	at time.Time
 }
 
-// timingEnv is newEnv with a Timing and an observer that records events.
-func timingEnv(t *testing.T, v Version, tm Timing) (*env, *[]timedEvent) {
+// timingEnv is newEnv with a Timing and an observer that records events,
+// each at the model's instant (the observer runs under the broker's lock).
+// events brings the model up to the clock and returns what it recorded:
+// the mock clock runs timer callbacks on goroutines of their own.
+func timingEnv(t *testing.T, v Version, tm Timing) (e *env, events func() []timedEvent) {
 	t.Helper()
-	var events []timedEvent
-	var e *env
-	e = newEnvWith(t, Config{Version: v, Timing: tm, Observer: func(ev Event) { events = append(events, timedEvent{ev, e.clk.Now()}) }})
-	return e, &events
+	var mu sync.Mutex
+	var log []timedEvent
+	e = newEnvWith(t, Config{Version: v, Timing: tm, Observer: func(ev Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		log = append(log, timedEvent{ev, e.b.now})
+	}})
+	return e, func() []timedEvent {
+		e.b.Queues() // processes whatever fell due
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(log)
+	}
 }
 
 // holdArgs are a hold queue's arguments with the given TTL and x-expires,
@@ -47,7 +61,7 @@ func holdRounds(t *testing.T, tm Timing, ttl, expires int64, rounds int) (arrive
 		e.advance(10 * time.Millisecond)
 	}
 	e.advance(time.Duration(expires)*time.Millisecond + time.Second)
-	for _, ev := range *events {
+	for _, ev := range events() {
 		if ev.Kind == EventQueueDeleted && ev.Queue == "work.deferred" {
 			lost += ev.Messages
 		}
@@ -93,7 +107,7 @@ func TestTimingBoundsWhenAHoldReleases(t *testing.T) {
 		e.advance(300 * time.Microsecond) // 50 publishes in 15 ms: none released yet
 	}
 	e.advance(time.Second)
-	for _, ev := range *events {
+	for _, ev := range events() {
 		if ev.Kind == EventEnqueued && ev.Queue == "work" {
 			released[ev.MessageID] = ev.at
 		}
@@ -125,7 +139,7 @@ func TestTimingBoundsWhenALeaseEnds(t *testing.T) {
 		e.declare("lease", amqp.Table{"x-expires": int64(100)})
 		e.advance(time.Second)
 		var end time.Duration
-		for _, ev := range *events {
+		for _, ev := range events() {
 			if ev.Kind == EventQueueDeleted {
 				end = ev.at.Sub(start)
 			}
@@ -150,7 +164,7 @@ func TestTimingQuorumLeaseEndsOnATick(t *testing.T) {
 		start := e.clk.Now()
 		e.advance(10 * time.Second)
 		var gone time.Duration
-		for _, ev := range *events {
+		for _, ev := range events() {
 			if ev.Kind == EventQueueDeleted {
 				gone = ev.at.Sub(start)
 			}
@@ -178,7 +192,7 @@ func TestTimingDrawsAreDeterministicPerSeed(t *testing.T) {
 			e.advance(700 * time.Microsecond)
 		}
 		e.advance(time.Second)
-		for _, ev := range *events {
+		for _, ev := range events() {
 			fmt.Fprintf(&b, "%v %s %s %d\n", ev.Kind, ev.Queue, ev.MessageID, ev.Messages)
 		}
 		return b.String()
