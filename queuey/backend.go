@@ -23,10 +23,13 @@ type Backend interface {
 	// hold > 0 it goes through the hold queue for hold rounded up (to the
 	// retry or deferred granularity, by kind) and reaches the work queue
 	// when that expires. Errors: ErrUnknownQueue for a hold on a queue not
-	// declared through this backend, ErrDelayTooLong, and anything the
-	// broker refused (the message did not route, was nacked, the channel
-	// closed). A publish without a hold to a queue that does not exist is
-	// an error too, never a silent drop.
+	// declared through this backend, ErrDelayTooLong, ErrJobTooLarge (refused
+	// before anything is sent), and anything the broker refused (the
+	// message did not route, was nacked, the channel closed). An error that
+	// ended the wait for the broker's confirm after the message was sent
+	// (ctx, a nack, a closed channel or connection) wraps ErrMaybeEnqueued.
+	// A publish without a hold to a queue that does not exist is an error
+	// too, never a silent drop.
 	Publish(ctx context.Context, env Envelope, hold time.Duration, kind HoldKind) error
 
 	// DeadLetter publishes body, unchanged, to queue's dead-letter queue

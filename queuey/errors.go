@@ -20,6 +20,21 @@ var ErrUnknownQueue = errors.New("queuey: unknown queue")
 // and the limit.
 var ErrDelayTooLong = errors.New("queuey: delay too long")
 
+// ErrMaybeEnqueued is wrapped by the error of a publish (an Enqueue, or a
+// successor a worker publishes) that was sent to the broker but whose
+// confirm never came: its ctx ended while it waited, the broker nacked it,
+// or the channel or connection closed under it. The broker may have the
+// job, and may deliver it; publishing it again may run it twice (with the
+// same job ID, which a handler can use to tell). The error also wraps the
+// cause: context.DeadlineExceeded, the broker's *amqp091.Error, and so on.
+var ErrMaybeEnqueued = errors.New("queuey: the job may have been enqueued")
+
+// ErrJobTooLarge is returned for a job whose encoded message is larger than
+// the broker accepts. The backend refuses it before sending anything:
+// RabbitMQ would close the publishing channel over it. Errors that wrap it
+// give the size and the limit.
+var ErrJobTooLarge = errors.New("queuey: job too large for the broker")
+
 // DeferError is what Defer returns. A handler that returns it (possibly
 // wrapped) asks for its job to run again after Delay: no attempt is spent,
 // the retry policy is not consulted, and the job comes back at its queue's

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -92,6 +93,13 @@ func declare(ctx context.Context, backend Backend, queues []QueueConfig) (map[st
 
 // Enqueue publishes a job to run as soon as a worker takes it, at priority
 // 0, and returns its ID once the broker has confirmed it.
+//
+// An error that wraps ErrMaybeEnqueued means the job was sent but its
+// confirm never came (ctx ended while waiting, a nack, a closed channel or
+// connection): it may run. The ID is returned with that error, so that a
+// caller who enqueues it again can tell the two runs apart. Every other
+// error returns "" and nothing was enqueued. The same holds for
+// EnqueueAfter and Defer.
 func (p *Producer) Enqueue(ctx context.Context, args JobArgs) (string, error) {
 	return p.publish(ctx, args, 0, enqueueNow)
 }
@@ -141,6 +149,9 @@ func (p *Producer) publish(ctx context.Context, args JobArgs, delay time.Duratio
 		Payload: payload, Attempt: 1, Priority: priority, EnqueuedAt: p.cfg.Clock.Now().UTC(),
 	}
 	if err := p.backend.Publish(ctx, env, delay, HoldDeferred); err != nil {
+		if errors.Is(err, ErrMaybeEnqueued) {
+			return env.ID, err
+		}
 		return "", err
 	}
 	if !p.cfg.Logger.Enabled(ctx, slog.LevelDebug) {

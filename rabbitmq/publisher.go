@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -36,12 +37,15 @@ var (
 	ErrReturned = errors.New("rabbitmq: publish returned by the broker")
 	// ErrNacked is wrapped by the error of a publish the broker negatively
 	// confirmed (basic.nack): it failed to take responsibility for the
-	// message, which may or may not have been enqueued.
+	// message, which may or may not have been enqueued (the error wraps
+	// queuey.ErrMaybeEnqueued too).
 	ErrNacked = errors.New("rabbitmq: publish nacked by the broker")
 	// ErrPublisherClosed is wrapped by the error of every publish in flight
 	// when the Publisher or its channel closes, and of every later publish.
 	// When the broker closed the channel or connection, the error also wraps
-	// its *amqp.Error (match it with errors.As).
+	// its *amqp.Error (match it with errors.As). The error of a publish
+	// that was in flight wraps queuey.ErrMaybeEnqueued as well; that of one
+	// the Publisher never sent does not.
 	ErrPublisherClosed = errors.New("rabbitmq: publisher closed")
 )
 
@@ -98,6 +102,12 @@ type Publisher struct {
 	headers      amqp.Table // guarded by lock: each publish's headers, reused
 	extraHeaders bool       // guarded by lock: headers holds more than the publish id
 
+	// waiters pools the waiters of finished publishes. It is the
+	// Publisher's own, not the package's: a waiter's channel belongs to the
+	// synctest bubble it was made in, if any, and must not reach a
+	// Publisher outside it.
+	waiters sync.Pool
+
 	mu      sync.Mutex
 	pending map[uint64]*waiter // by sequence number
 	err     error              // once non-nil, the Publisher is closed; wraps ErrPublisherClosed
@@ -127,8 +137,6 @@ type waiter struct {
 	result   chan error
 	returned *ReturnError // set by the dispatching Publish when a return arrives
 }
-
-var waiters = sync.Pool{New: func() any { return &waiter{result: make(chan error, 1)} }}
 
 // NewPublisher puts ch in confirm mode, registers its confirm, return and
 // close listeners and starts the watcher goroutine, which shuts the
@@ -164,15 +172,18 @@ func NewPublisher(ch Channel, logger *slog.Logger) (*Publisher, error) {
 // message (a persistent message on a durable queue: once persisted).
 // Otherwise the error matches ErrReturned (no such queue), ErrNacked, or
 // ErrPublisherClosed (wrapping the broker's *amqp.Error when it closed the
-// channel or connection; the message may or may not have been enqueued).
+// channel or connection). When the message was sent and its outcome never
+// came (nacked, or the channel closed while Publish waited), the error
+// also matches queuey.ErrMaybeEnqueued: the message may have been enqueued.
 //
 // msg's headers are copied, with PublishIDHeader added; the caller's table
 // is not modified.
 //
 // If ctx is done before the message is written, Publish returns ctx.Err()
 // and nothing is published. If ctx is done while Publish waits for the
-// confirm, it returns ctx.Err() and the message may still be delivered: a
-// message on the wire cannot be withdrawn. (When the outcome is already
+// confirm, it returns an error that wraps both queuey.ErrMaybeEnqueued and
+// ctx.Err(): the message may still be delivered, since a message on the
+// wire cannot be withdrawn. (When the outcome is already
 // known at that moment, a return or the confirm arriving together with the
 // cancellation, Publish returns that instead.) A return or nack that arrives
 // after its caller stopped waiting is logged at WARN. A Publish queued
@@ -183,7 +194,10 @@ func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w := waiters.Get().(*waiter)
+	w, _ := p.waiters.Get().(*waiter)
+	if w == nil {
+		w = &waiter{result: make(chan error, 1)}
+	}
 	w.queue = queue
 
 	// Uncontended, the lock is taken without a select over ctx.
@@ -301,11 +315,12 @@ func (p *Publisher) abandon(ctx context.Context, seq uint64, w *waiter) error {
 		p.recycle(w)
 		return err
 	}
+	queue := w.queue
 	p.recycle(w)
 	if returned != nil {
 		return returned // final already: the message reached no queue
 	}
-	return ctx.Err()
+	return fmt.Errorf("%w: publish to queue %q: stopped waiting for its confirm: %w", queuey.ErrMaybeEnqueued, queue, ctx.Err())
 }
 
 // dispatchFor reads confirms and returns, completing whichever publishes
@@ -436,7 +451,7 @@ func (p *Publisher) withdraw(seq uint64, w *waiter) (ok bool, returned *ReturnEr
 // recycle returns a waiter nobody references any more to the pool.
 func (p *Publisher) recycle(w *waiter) {
 	w.queue, w.returned = "", nil
-	waiters.Put(w)
+	p.waiters.Put(w)
 }
 
 // publishFailed turns the client library's refusal to publish into
@@ -553,7 +568,7 @@ func (p *Publisher) complete(c amqp.Confirmation) (w *waiter, err error) {
 	}
 	switch {
 	case !c.Ack:
-		err = fmt.Errorf("%w: publish to queue %q (publish id %d)", ErrNacked, w.queue, c.DeliveryTag)
+		err = fmt.Errorf("%w: publish to queue %q (publish id %d): %w", ErrNacked, w.queue, c.DeliveryTag, queuey.ErrMaybeEnqueued)
 	case w.returned != nil:
 		err = w.returned
 	}
@@ -581,7 +596,7 @@ func (p *Publisher) shutdown(cause *amqp.Error) {
 		p.logger.Debug("rabbitmq: publishing channel closed", "in_flight", len(inFlight))
 	}
 	for _, w := range inFlight {
-		p.send(w, err)
+		p.send(w, fmt.Errorf("%w: publish to queue %q: %w", queuey.ErrMaybeEnqueued, w.queue, err))
 	}
 }
 

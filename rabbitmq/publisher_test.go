@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -562,11 +563,19 @@ func TestPublisherChannelClosedByBroker(t *testing.T) {
 		bad := amqp.Publishing{Expiration: "soon", Body: []byte("bad")}
 		wantClosed(t, p.Publish(t.Context(), q, bad), amqp.PreconditionFailed)
 		for range n {
-			wantClosed(t, <-errs, amqp.PreconditionFailed)
+			err := <-errs
+			wantClosed(t, err, amqp.PreconditionFailed)
+			if !errors.Is(err, queuey.ErrMaybeEnqueued) {
+				t.Fatalf("a publish in flight when the channel closed: %v; want queuey.ErrMaybeEnqueued", err)
+			}
 		}
 		<-p.Done()
 		wantClosed(t, p.Err(), amqp.PreconditionFailed)
-		wantClosed(t, p.Publish(t.Context(), q, msg("later")), amqp.PreconditionFailed)
+		later := p.Publish(t.Context(), q, msg("later"))
+		wantClosed(t, later, amqp.PreconditionFailed)
+		if errors.Is(later, queuey.ErrMaybeEnqueued) {
+			t.Fatalf("a publish never sent: %v; want no queuey.ErrMaybeEnqueued", later)
+		}
 		if got := len(env.drain(t, q)); got != n {
 			t.Errorf("queue holds %d messages, want the %d published before the bad one", got, n)
 		}
@@ -744,8 +753,9 @@ func TestPublisherContextCancelled(t *testing.T) {
 			go func() { done <- p.Publish(ctx, q, msg("abandoned")) }()
 			g.awaitPublished(1)
 			cancel()
-			if err := <-done; err != context.Canceled {
-				t.Fatalf("got %v, want context.Canceled", err)
+			// Sent, so perhaps enqueued: the error says so, and why.
+			if err := <-done; !errors.Is(err, context.Canceled) || !errors.Is(err, queuey.ErrMaybeEnqueued) {
+				t.Fatalf("got %v, want context.Canceled and queuey.ErrMaybeEnqueued", err)
 			}
 			if n := p.pendingCount(); n != 0 {
 				t.Errorf("%d waiters left behind", n)
@@ -771,8 +781,8 @@ func TestPublisherContextCancelled(t *testing.T) {
 			go func() { done <- p.Publish(ctx, missing, msg("lost")) }()
 			g.awaitHeld(1)
 			cancel()
-			if err := <-done; err != context.Canceled {
-				t.Fatalf("got %v, want context.Canceled", err)
+			if err := <-done; !errors.Is(err, context.Canceled) || !errors.Is(err, queuey.ErrMaybeEnqueued) {
+				t.Fatalf("got %v, want context.Canceled and queuey.ErrMaybeEnqueued", err)
 			}
 			close(g.open)
 			// Held returns reach the dispatcher before the next confirm does.
