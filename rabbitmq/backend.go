@@ -52,12 +52,24 @@ type Options struct {
 	// declares the dead-letter queue, durable and without arguments.
 	SkipDeadLetterQueues bool
 
-	// Logger receives declarations at DEBUG and refused declarations and
-	// consumers ended by the broker at WARN, with snake_case attributes
-	// (queue, dead_queue, hold_queue, ttl_ms, consumer_tag, error).
-	// Defaults to discarding everything.
+	// MaxMessageSize is the largest message body, in bytes, the backend
+	// publishes. A larger one is refused before it is sent, with an error
+	// wrapping queuey.ErrJobTooLarge: RabbitMQ refuses a body over its
+	// max_message_size by closing the publishing channel. Set it to the
+	// broker's max_message_size if that is not the default. Defaults to
+	// 16 MiB (16,777,216 bytes), RabbitMQ 4's default.
+	MaxMessageSize int
+
+	// Logger receives declarations at DEBUG and refused declarations, a
+	// reopened publishing channel and consumers ended by the broker at WARN,
+	// with snake_case attributes (queue, dead_queue, hold_queue, ttl_ms,
+	// consumer_tag, error). Defaults to discarding everything.
 	Logger *slog.Logger
 }
+
+// DefaultMaxMessageSize is RabbitMQ 4's default max_message_size, the
+// default of Options.MaxMessageSize.
+const DefaultMaxMessageSize = 16 << 20
 
 // Backend is queuey's backend on RabbitMQ. It implements queuey.Backend on
 // channels of one connection, which the caller owns: a
@@ -68,7 +80,10 @@ type Options struct {
 //
 //   - one publishing channel in confirm mode (a Publisher), on which nothing
 //     is ever declared: every publish is mandatory and waits for its confirm,
-//     and concurrent publishes pipeline;
+//     and concurrent publishes pipeline. When the broker closes it over one
+//     message (a channel exception, such as a body over the broker's
+//     max_message_size), the publishes in flight on it fail and a fresh
+//     channel replaces it: later publishes go through;
 //   - one channel for hold-queue declarations, opened on the first hold. A
 //     refused declaration closes it; the next hold opens a fresh one, so
 //     one refusal does not disable every later hold;
@@ -85,7 +100,16 @@ type Backend struct {
 	top      Topology
 	skipDead bool
 	logger   *slog.Logger
-	pub      *Publisher
+	maxSize  int
+
+	// pubMu guards pub and swapped. supervise replaces pub when the broker
+	// closes its channel over one message, and closes done when the
+	// backend can publish no more.
+	pubMu   sync.Mutex
+	pub     *Publisher
+	swapped chan struct{} // closed when pub is replaced, or done
+	closing bool          // Close has begun: supervise replaces nothing
+	done    chan struct{}
 
 	// holdLock serialises the hold channel's reopening and declarations, so
 	// that a refused declaration closes the channel under nobody else's
@@ -151,17 +175,126 @@ func New(open func() (Channel, error), opts Options) (*Backend, error) {
 		_ = ch.Close()
 		return nil, err
 	}
-	return &Backend{
+	maxSize := opts.MaxMessageSize
+	if maxSize <= 0 {
+		maxSize = DefaultMaxMessageSize
+	}
+	b := &Backend{
 		open:      open,
 		top:       opts.Topology.WithDefaults(),
 		skipDead:  opts.SkipDeadLetterQueues,
 		logger:    logger,
+		maxSize:   maxSize,
 		pub:       pub,
+		swapped:   make(chan struct{}),
+		done:      make(chan struct{}),
 		holdLock:  make(chan struct{}, 1),
 		holdArgs:  make(map[holdKey]holdDecl),
 		declared:  make(map[string]queuey.QueueConfig),
 		consumers: make(map[*consumer]struct{}),
-	}, nil
+	}
+	go b.supervise(pub)
+	return b, nil
+}
+
+// supervise watches the publishing channel: when the broker closes it over
+// one message (a channel exception; the connection is still there), it
+// opens a fresh one and watches that. When the connection has gone, Close
+// was called, or no fresh channel opens, it closes done.
+func (b *Backend) supervise(p *Publisher) {
+	for {
+		<-p.Done()
+		cause := p.Err()
+		var next *Publisher
+		if channelException(cause) {
+			next = b.reopen(cause)
+		}
+		b.pubMu.Lock()
+		if next != nil && b.closing {
+			b.pubMu.Unlock()
+			_ = next.Close()
+			next = nil
+			b.pubMu.Lock()
+		}
+		close(b.swapped)
+		b.swapped = make(chan struct{})
+		if next == nil {
+			close(b.done)
+			b.pubMu.Unlock()
+			return
+		}
+		b.pub = next
+		b.pubMu.Unlock()
+		p = next
+	}
+}
+
+// channelException reports whether err is the broker closing one channel
+// (a soft error: 404, 406 and the like), not the whole connection.
+func channelException(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Server && ae.Recover
+}
+
+// reopen opens a fresh publishing channel after the broker closed the last
+// one with cause; nil if it cannot.
+func (b *Backend) reopen(cause error) *Publisher {
+	ch, err := b.open()
+	if err != nil {
+		b.logger.Warn("rabbitmq: the broker closed the publishing channel, and no fresh one opens", "cause", cause, "error", err)
+		return nil
+	}
+	p, err := NewPublisher(ch, b.logger)
+	if err != nil {
+		_ = ch.Close()
+		b.logger.Warn("rabbitmq: the broker closed the publishing channel, and no fresh one opens", "cause", cause, "error", err)
+		return nil
+	}
+	b.logger.Warn("rabbitmq: the broker closed the publishing channel; publishing goes on on a fresh one", "cause", cause)
+	return p
+}
+
+// checkSize refuses a message body of n bytes over MaxMessageSize.
+func (b *Backend) checkSize(n int) error {
+	if n > b.maxSize {
+		return fmt.Errorf("%w: the message is %d bytes, over the %d of MaxMessageSize", queuey.ErrJobTooLarge, n, b.maxSize)
+	}
+	return nil
+}
+
+// publisher returns the publishing channel's Publisher and a channel closed
+// when it is replaced (or the backend can publish no more).
+func (b *Backend) publisher() (*Publisher, <-chan struct{}) {
+	b.pubMu.Lock()
+	defer b.pubMu.Unlock()
+	return b.pub, b.swapped
+}
+
+// publish publishes msg to queue and waits for its confirm, refusing a body
+// over MaxMessageSize before anything is sent. A publish that found the
+// publishing channel already closed by the broker over another message, and
+// so was never sent, waits for the fresh channel and goes out on it.
+func (b *Backend) publish(ctx context.Context, queue string, msg amqp.Publishing) error {
+	if err := b.checkSize(len(msg.Body)); err != nil {
+		return fmt.Errorf("rabbitmq: publish to queue %q: %w", queue, err)
+	}
+	for {
+		p, swapped := b.publisher()
+		err := p.Publish(ctx, queue, msg)
+		if err == nil || !errors.Is(err, ErrPublisherClosed) || errors.Is(err, queuey.ErrMaybeEnqueued) || !channelException(err) {
+			return err
+		}
+		select {
+		case <-swapped:
+		case <-ctx.Done():
+			return err
+		}
+		select {
+		case <-b.done:
+			return err
+		default:
+		}
+	}
 }
 
 // Topology returns the topology the backend runs with, defaults filled in.
@@ -321,20 +454,26 @@ func (b *Backend) Publish(ctx context.Context, env queuey.Envelope, hold time.Du
 		if err := checkShortName(env.Queue); err != nil {
 			return err
 		}
-		return b.pub.Publish(ctx, env.Queue, msg)
+		return b.publish(ctx, env.Queue, msg)
 	}
 	if !b.isDeclared(env.Queue) {
 		return fmt.Errorf("rabbitmq: hold job %q for queue %q: %w (a hold needs the queue declared through this backend)",
 			env.ID, env.Queue, queuey.ErrUnknownQueue)
 	}
-	if err := b.pub.Err(); err != nil {
-		return err // no use declaring a hold queue nothing can be published to
+	select {
+	case <-b.done:
+		p, _ := b.publisher()
+		return p.Err() // no use declaring a hold queue nothing can be published to
+	default:
+	}
+	if err := b.checkSize(len(body)); err != nil { // before declaring a hold queue for nothing
+		return fmt.Errorf("rabbitmq: hold job %q for queue %q: %w", env.ID, env.Queue, err)
 	}
 	holdQueue, err := b.declareHold(ctx, env.Queue, ttl)
 	if err != nil {
 		return err
 	}
-	return b.pub.Publish(ctx, holdQueue, msg)
+	return b.publish(ctx, holdQueue, msg)
 }
 
 // bodyBufs pools the buffers Publish encodes envelopes into.
@@ -437,7 +576,7 @@ func (b *Backend) DeadLetter(ctx context.Context, queue string, body []byte, rea
 		return fmt.Errorf("rabbitmq: dead-letter to queue %q: %w (dead-lettering needs the queue declared through this backend)",
 			queue, queuey.ErrUnknownQueue)
 	}
-	return b.pub.Publish(ctx, b.top.DeadQueue(queue), amqp.Publishing{
+	return b.publish(ctx, b.top.DeadQueue(queue), amqp.Publishing{
 		Headers: amqp.Table{
 			HeaderDeathReason:   reason,
 			HeaderOriginalQueue: queue,
@@ -526,11 +665,13 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queu
 }
 
 // Done is closed once the backend can publish no more: its publishing
-// channel has closed, because the connection dropped or Close was called,
-// and every publish that was waiting for a confirm has failed; from then on
-// Publish and DeadLetter fail at once, without calling the broker. A
-// process that reconnects makes a new Backend.
-func (b *Backend) Done() <-chan struct{} { return b.pub.Done() }
+// channel has closed, because the connection dropped or Close was called
+// (or the broker closed the channel and no fresh one would open), and every
+// publish that was waiting for a confirm has failed; from then on Publish
+// and DeadLetter fail at once, without calling the broker. A channel the
+// broker closed over one message does not close it: a fresh one replaces
+// it. A process that reconnects makes a new Backend.
+func (b *Backend) Done() <-chan struct{} { return b.done }
 
 // Close closes every consumer's channel (the broker requeues their
 // unsettled deliveries), then the hold channel and the publishing channel;
@@ -557,7 +698,12 @@ func (b *Backend) Close() error {
 			b.hold = nil
 		}
 		<-b.holdLock
-		errs = append(errs, b.pub.Close())
+		b.pubMu.Lock()
+		b.closing = true
+		p := b.pub
+		b.pubMu.Unlock()
+		errs = append(errs, p.Close())
+		<-b.done // supervise has seen it, and opens no other
 		b.closeErr = errors.Join(errs...)
 	})
 	return b.closeErr
@@ -589,7 +735,8 @@ func (b *Backend) openChannel(purpose string) (Channel, error) {
 	}
 	err = fmt.Errorf("rabbitmq: opening a channel for %s: %w", purpose, err)
 	var cause *amqp.Error
-	if pubErr := b.pub.Err(); errors.As(pubErr, &cause) {
+	p, _ := b.publisher()
+	if pubErr := p.Err(); errors.As(pubErr, &cause) {
 		err = fmt.Errorf("%w (the broker closed the publishing channel before: %w)", err, cause)
 	}
 	return nil, err

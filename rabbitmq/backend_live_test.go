@@ -300,6 +300,49 @@ func TestLiveHoldQueueOfAnOlderBuildIsExplained(t *testing.T) {
 	}
 }
 
+// One job over the broker's max_message_size never breaks publishing: with
+// the default MaxMessageSize it is refused before it is sent; with a limit
+// above the broker's, RabbitMQ 4.0.5 closes the publishing channel (406),
+// only that publish fails, and the next ones go out on a fresh channel.
+func TestLiveJobOverTheBrokersLimitLeavesPublishingWorking(t *testing.T) {
+	r := newLiveRig(t, Options{})
+	q := r.queue(1000)
+	if err := r.b.Declare(t.Context(), queuey.QueueConfig{Name: q}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.Publish(t.Context(), bigJob(q, "big"), 0, queuey.HoldRetry); !errors.Is(err, queuey.ErrJobTooLarge) {
+		t.Fatalf("a 16 MiB job with the default MaxMessageSize: %v; want queuey.ErrJobTooLarge", err)
+	}
+
+	lax, err := New(Channels(r.conn.Channel), Options{MaxMessageSize: 32 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lax.Close()
+	if err := lax.Declare(t.Context(), queuey.QueueConfig{Name: q}); err != nil {
+		t.Fatal(err)
+	}
+	err = lax.Publish(t.Context(), bigJob(q, "big"), 0, queuey.HoldRetry)
+	var amqpErr *amqp.Error
+	if !errors.Is(err, ErrPublisherClosed) || !errors.As(err, &amqpErr) || amqpErr.Code != amqp.PreconditionFailed {
+		t.Fatalf("a 16 MiB job over the broker's limit: %v; want the broker's 406", err)
+	}
+	t.Logf("the broker's refusal: %v", err)
+	for i, hold := range []time.Duration{0, time.Second, 0} {
+		if err := lax.Publish(t.Context(), testJob(q, fmt.Sprint("after-", i), 0), hold, queuey.HoldRetry); err != nil {
+			t.Fatalf("publish %d after the refusal: %v", i, err)
+		}
+	}
+	select {
+	case <-lax.Done():
+		t.Fatal("Done closed after a channel exception")
+	default:
+	}
+	if r.ready(q) != 2 || r.ready(q+".deferred.1000") != 1 {
+		t.Fatal("the publishes after the refusal did not land")
+	}
+}
+
 func TestLiveOverLongNamesNeverReachTheClient(t *testing.T) {
 	r := newLiveRig(t, Options{})
 	long := strings.Repeat("q", 240)

@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -993,4 +995,138 @@ func ExampleBackend() {
 	// emails.deferred.30000 1
 	// delivered rate-limited at priority 10
 	// delivered backlog at priority 0
+}
+
+// bigJob is a job whose encoded message is just over RabbitMQ 4's default
+// max_message_size of 16 MiB.
+func bigJob(queue, id string) queuey.Envelope {
+	env := testJob(queue, id, 0)
+	env.Payload = json.RawMessage(`"` + strings.Repeat("x", DefaultMaxMessageSize) + `"`)
+	return env
+}
+
+// A job over MaxMessageSize is refused before anything is sent, with an
+// error of its own; the backend, its publishing channel and the queue are
+// as they were.
+func TestJobOverMaxMessageSizeIsRefusedBeforeSending(t *testing.T) {
+	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
+	r.declare(queuey.QueueConfig{Name: "jobs"})
+	for _, hold := range []time.Duration{0, time.Second} {
+		err := r.b.Publish(t.Context(), bigJob("jobs", "big"), hold, queuey.HoldRetry)
+		if !errors.Is(err, queuey.ErrJobTooLarge) || !strings.Contains(err.Error(), "over the 16777216 of MaxMessageSize") {
+			t.Fatalf("a 16 MiB job, hold %s: %v; want queuey.ErrJobTooLarge with the sizes", hold, err)
+		}
+	}
+	if r.ready("jobs") != 0 || r.ready("jobs.deferred.1000") != -1 {
+		t.Fatalf("queues after refused jobs: %+v", r.broker.Queues())
+	}
+	r.publish(testJob("jobs", "small", 0), 0, queuey.HoldRetry)
+	if testJobID(t, r.get("jobs").Body) != "small" {
+		t.Fatal("the next job did not land")
+	}
+}
+
+// With MaxMessageSize over the broker's limit, the broker refuses the big
+// job by closing the publishing channel (406): that publish fails, saying
+// it may have been enqueued, and a fresh channel takes over, so the next
+// publish goes through and the backend is not Done.
+func TestPublishingChannelClosedByTheBrokerIsReplaced(t *testing.T) {
+	r := newBackendRig(t, membroker.RabbitMQ40, Options{MaxMessageSize: 32 << 20})
+	r.declare(queuey.QueueConfig{Name: "jobs"})
+	err := r.b.Publish(t.Context(), bigJob("jobs", "big"), 0, queuey.HoldRetry)
+	var amqpErr *amqp.Error
+	if !errors.Is(err, ErrPublisherClosed) || !errors.Is(err, queuey.ErrMaybeEnqueued) ||
+		!errors.As(err, &amqpErr) || amqpErr.Code != amqp.PreconditionFailed {
+		t.Fatalf("a job over the broker's limit: %v; want ErrPublisherClosed, queuey.ErrMaybeEnqueued and the broker's 406", err)
+	}
+	for i, hold := range []time.Duration{0, time.Second} {
+		r.publish(testJob("jobs", fmt.Sprint("after-", i), 0), hold, queuey.HoldRetry)
+	}
+	if err := r.b.DeadLetter(t.Context(), "jobs", []byte("x"), "fatal", 1); err != nil {
+		t.Fatalf("dead-letter after the channel was replaced: %v", err)
+	}
+	if r.ready("jobs") != 1 || r.ready("jobs.deferred.1000") != 1 || r.ready("jobs.dead") != 1 {
+		t.Fatalf("queues after the replacement: %+v", r.broker.Queues())
+	}
+	select {
+	case <-r.b.Done():
+		t.Fatal("Done closed after a channel exception")
+	default:
+	}
+	if !strings.Contains(r.logs.String(), `level=WARN msg="rabbitmq: the broker closed the publishing channel; publishing goes on on a fresh one"`) {
+		t.Errorf("the replacement was not logged at WARN:\n%s", r.logs)
+	}
+	if err := r.b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	<-r.b.Done()
+}
+
+// Publishes that found the channel closed by another publish's refusal,
+// and so were never sent, wait for the fresh channel and go out on it;
+// only the publish that caused the refusal fails. The fresh channel is
+// held back until every publish is waiting for it.
+func TestOnlyThePublishThatBrokeTheChannelFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		broker := membroker.New(membroker.Config{Clock: clock.NewMock(), Version: membroker.RabbitMQ40})
+		conn, err := broker.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gate := make(chan struct{})
+		var armed atomic.Bool // the next channel opened is the fresh publishing one
+		open := func() (Channel, error) {
+			if armed.CompareAndSwap(true, false) {
+				<-gate
+			}
+			return conn.Channel()
+		}
+		b, err := New(open, Options{MaxMessageSize: 32 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if err := b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs"}); err != nil {
+			t.Fatal(err)
+		}
+		armed.Store(true)
+		if err := b.Publish(t.Context(), bigJob("jobs", "big"), 0, queuey.HoldRetry); !errors.Is(err, queuey.ErrMaybeEnqueued) {
+			t.Fatalf("the big job: %v", err)
+		}
+		const n = 20
+		errs := make(chan error, n)
+		for i := range n {
+			go func() { errs <- b.Publish(t.Context(), testJob("jobs", fmt.Sprint("j", i), 0), 0, queuey.HoldRetry) }()
+		}
+		synctest.Wait() // every publish waits for the fresh channel
+		if len(errs) != 0 {
+			t.Fatalf("a publish returned before the fresh channel opened: %v", <-errs)
+		}
+		close(gate)
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatalf("a publish after the refusal: %v", err)
+			}
+		}
+		if info, _ := broker.Queue("jobs"); info.Ready != n {
+			t.Fatalf("jobs holds %d, want %d", info.Ready, n)
+		}
+	})
+}
+
+// A dropped connection is no channel exception: nothing is reopened, and
+// Done closes.
+func TestDroppedConnectionClosesDoneWithoutReopening(t *testing.T) {
+	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
+	r.declare(queuey.QueueConfig{Name: "jobs"})
+	if err := r.conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-r.b.Done()
+	if err := r.b.Publish(t.Context(), testJob("jobs", "j", 0), 0, queuey.HoldRetry); !errors.Is(err, ErrPublisherClosed) {
+		t.Fatalf("publish after the drop: %v", err)
+	}
+	if strings.Contains(r.logs.String(), "fresh one") {
+		t.Errorf("a channel was reopened after the connection closed:\n%s", r.logs)
+	}
 }
