@@ -686,7 +686,7 @@ func (m *machine) settle(t rapid.TB, j *job, o outcome, delay time.Duration, u f
 		}
 		j.deferrals++
 		j.priority = m.qcfg.TopPriority()
-		ttl := holdTTL(delay, m.cfg.DeferredG)
+		ttl := holdTTL(dec.Hold(), m.cfg.DeferredG)
 		m.expect(j, destination(ttl), ttl)
 	case fatal:
 		dec = queuey.Decide(j.env, queuey.Fatal(errors.New("bad input")), m.qcfg, u)

@@ -53,6 +53,19 @@ type Decision struct {
 	Err       error         // the handler's error, for logs
 }
 
+// Hold is how long the successor waits before it reaches the work queue,
+// before the backend rounds it up to a granularity: Delay, except that a
+// deferral always waits in a hold queue, so one of zero or less asks for
+// the shortest hold (one deferred granule, once rounded). Published
+// straight onto the queue at its top priority, a job whose handler defers
+// it every time would run in a hot loop, ahead of everything else there.
+func (d Decision) Hold() time.Duration {
+	if d.Action == ActionDefer {
+		return max(d.Delay, time.Nanosecond)
+	}
+	return d.Delay
+}
+
 // UnknownKindError is the result for a job whose kind has no registered
 // handler: it is dead-lettered at once, never retried, since retrying
 // cannot register a handler.
@@ -122,7 +135,8 @@ func isUnknownKind(err error) bool {
 // dec.Delay rounded to the retry granularity, a deferral for dec.Delay
 // rounded to the deferred granularity, and a dead letter to q's
 // dead-letter queue with dec.Reason and the attempts made. It returns once
-// the broker has confirmed the successor; ActionAck publishes nothing.
+// the broker has confirmed the successor; ActionAck publishes nothing. The
+// hold is dec.Hold(): a deferral always goes through a hold queue.
 //
 // Only after it returns nil may the delivery be acknowledged. On an error
 // the delivery must stay unacknowledged and go back to its queue, so the
@@ -133,7 +147,7 @@ func PublishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec D
 	case ActionAck:
 		return nil
 	case ActionDefer:
-		return backend.Publish(ctx, dec.Successor, dec.Delay, HoldDeferred)
+		return backend.Publish(ctx, dec.Successor, dec.Hold(), HoldDeferred)
 	case ActionRetry:
 		return backend.Publish(ctx, dec.Successor, dec.Delay, HoldRetry)
 	case ActionDeadLetter:

@@ -114,3 +114,22 @@ func TestQueueConfig(t *testing.T) {
 		})
 	}
 }
+
+// A deferral always waits in a hold queue; a retry's hold is its delay.
+func TestDecisionHold(t *testing.T) {
+	for _, tc := range []struct {
+		dec  Decision
+		want time.Duration
+	}{
+		{Decision{Action: ActionDefer, Delay: 0}, time.Nanosecond},
+		{Decision{Action: ActionDefer, Delay: -time.Second}, time.Nanosecond},
+		{Decision{Action: ActionDefer, Delay: 30 * time.Second}, 30 * time.Second},
+		{Decision{Action: ActionRetry, Delay: 0}, 0},
+		{Decision{Action: ActionRetry, Delay: time.Second}, time.Second},
+		{Decision{Action: ActionAck}, 0},
+	} {
+		if got := tc.dec.Hold(); got != tc.want {
+			t.Errorf("%s with delay %s: Hold() = %s, want %s", tc.dec.Action, tc.dec.Delay, got, tc.want)
+		}
+	}
+}

@@ -978,7 +978,7 @@ func (r *runner) settle(d *simDelivery) {
 		ttl, _ := r.top.RetryTTL(dec.Delay)
 		cur.ttl = time.Duration(ttl) * time.Millisecond
 	case queuey.ActionDefer:
-		ttl, _ := r.top.DeferredTTL(dec.Delay)
+		ttl, _ := r.top.DeferredTTL(dec.Hold())
 		cur.ttl = time.Duration(ttl) * time.Millisecond
 	}
 	if cur.ttl > 0 && !r.s.Legacy {

@@ -409,13 +409,22 @@ func TestRefusedHoldsCountTowardTheQuorumDeliveryLimit(t *testing.T) {
 	}
 }
 
-// TestLivelockIsAnError: a job deferred for 0 on every run by a handler
-// that takes no time has no next instant; Run says so instead of spinning.
+// TestLivelockIsAnError: events that keep firing at one virtual instant
+// have no next instant; Run says so instead of spinning. No scenario makes
+// one any more (a deferral for 0 used to, until deferrals always went
+// through a hold queue), so the test arms one itself.
 func TestLivelockIsAnError(t *testing.T) {
 	s := Scenario{Duration: dur(time.Second), Queues: []Queue{{Workers: 1, Prefetch: 1,
-		Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{{Outcomes: []string{"defer"}}}}},
-		Outcome:  Outcome{RetryAfter: Dist{Dist: DistConstant}}}}}
-	if _, err := Run(context.Background(), s, Options{}); !errors.Is(err, ErrLivelock) {
+		Arrivals: []Arrival{{Process: ArrivalConstant, Rate: 1}}}}}.WithDefaults()
+	r, err := newRunner(context.Background(), s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	var spin func()
+	spin = func() { r.clk.AfterFunc(0, spin) }
+	r.clk.AfterFunc(100*time.Millisecond, spin)
+	if err := r.loop(); !errors.Is(err, ErrLivelock) {
 		t.Fatalf("err = %v, want ErrLivelock", err)
 	}
 }
@@ -436,16 +445,20 @@ func TestCancelledRunReturnsTheContextsError(t *testing.T) {
 	}
 }
 
-// TestZeroDelaySuccessorDeliveredDuringItsPublish: a deferral for 0 goes
-// straight to the work queue and, with a worker free, is delivered inside
-// the publish; the checker must already expect it.
-func TestZeroDelaySuccessorDeliveredDuringItsPublish(t *testing.T) {
-	s := Scenario{Duration: dur(time.Second), Drain: dur(time.Second), Queues: []Queue{{Workers: 1, Prefetch: 2,
+// TestZeroDelayDeferralWaitsOneGranule: a deferral for 0 goes through a
+// hold queue for one deferred granule, as the worker publishes it, rather
+// than straight back onto the work queue at its top priority, where a
+// handler deferring every time would spin.
+func TestZeroDelayDeferralWaitsOneGranule(t *testing.T) {
+	s := Scenario{Duration: dur(time.Second), Drain: dur(5 * time.Second), Queues: []Queue{{Workers: 1, Prefetch: 2,
 		Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{{Outcomes: []string{"defer", "ok"}}}}},
 		Outcome:  Outcome{RetryAfter: Dist{Dist: DistConstant}}}}}
-	res, _ := run(t, s, Options{})
+	res, trace := run(t, s, Options{})
 	requireNoViolations(t, res)
 	if res.Jobs.Succeeded != 1 || res.Deferrals != 1 {
 		t.Fatalf("%+v, %d deferrals", res.Jobs, res.Deferrals)
+	}
+	if !strings.Contains(trace, "hold job=1 queue=jobs.deferred.1000 ") || !strings.Contains(trace, "priority=10 ttl=1s") {
+		t.Fatalf("the deferral for 0 did not wait one granule:\n%s", trace)
 	}
 }

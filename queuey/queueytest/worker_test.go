@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -536,5 +537,31 @@ func TestLogLevelsAndAttributes(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("no log line containing\n%s\nin\n%s", want, out)
 		}
+	}
+}
+
+// A handler that defers its job with no delay every time does not spin:
+// each deferral waits one deferred granule in a hold queue (1 s by
+// default), so in five virtual seconds the job runs six times, not
+// thousands.
+func TestDeferWithoutDelayWaitsOneGranule(t *testing.T) {
+	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+		return queuey.Defer(0, "again")
+	})
+	h.Start()
+	id, err := h.Producer.Enqueue(context.Background(), Work{Name: "eager"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want := 1; want <= 6; want++ {
+		h.WaitFor(fmt.Sprint("run ", want), func() bool { return len(h.Log.RunsOf(id)) == want && h.Held("jobs") == 1 })
+		if want < 6 {
+			h.Advance(time.Second)
+		}
+	}
+	runs := h.Log.RunsOf(id)
+	if last := runs[len(runs)-1]; last.Deferrals != 5 || last.Attempt != 1 {
+		t.Fatalf("sixth run: attempt %d, deferrals %d; want attempt 1, deferrals 5", last.Attempt, last.Deferrals)
 	}
 }
