@@ -60,6 +60,17 @@ type Options struct {
 	// 16 MiB (16,777,216 bytes), RabbitMQ 4's default.
 	MaxMessageSize int
 
+	// Blocked, if set, tells the backend when the broker blocks and
+	// unblocks the connection's publishing (connection.blocked: RabbitMQ
+	// stops reading from publishing connections during a memory or disk
+	// alarm): pass conn.NotifyBlocked(make(chan amqp.Blocking, 1)) of the
+	// connection the channels come from. While the broker blocks, the
+	// backend logs it at WARN, and a publish whose wait for its confirm ends
+	// says so: its error wraps ErrPublishingBlocked, with the broker's
+	// reason, besides queuey.ErrMaybeEnqueued. The backend stops reading it
+	// at Close. Defaults to nil: the backend does not know.
+	Blocked <-chan amqp.Blocking
+
 	// Logger receives declarations at DEBUG and refused declarations, a
 	// reopened publishing channel and consumers ended by the broker at WARN,
 	// with snake_case attributes (queue, dead_queue, hold_queue, ttl_ms,
@@ -70,6 +81,13 @@ type Options struct {
 // DefaultMaxMessageSize is RabbitMQ 4's default max_message_size, the
 // default of Options.MaxMessageSize.
 const DefaultMaxMessageSize = 16 << 20
+
+// ErrPublishingBlocked is wrapped, with the broker's reason, by the error of
+// a publish whose wait for its confirm ended while the broker was blocking
+// the connection's publishing (a memory or disk alarm): the job may have
+// been enqueued, and will be once the alarm clears if it was. The backend
+// knows only with Options.Blocked.
+var ErrPublishingBlocked = errors.New("rabbitmq: the broker is blocking publishers")
 
 // Backend is queuey's backend on RabbitMQ. It implements queuey.Backend on
 // channels of one connection, which the caller owns: a
@@ -125,6 +143,11 @@ type Backend struct {
 	holdArgs map[holdKey]holdDecl
 
 	tags atomic.Uint64 // consumer tag counter
+
+	// blocked is the broker's reason while it blocks publishing (see
+	// Options.Blocked), "" otherwise; stopWatch ends watchBlocked.
+	blocked   atomic.Pointer[string]
+	stopWatch chan struct{}
 
 	mu        sync.Mutex
 	closed    bool
@@ -192,9 +215,48 @@ func New(open func() (Channel, error), opts Options) (*Backend, error) {
 		holdArgs:  make(map[holdKey]holdDecl),
 		declared:  make(map[string]queuey.QueueConfig),
 		consumers: make(map[*consumer]struct{}),
+		stopWatch: make(chan struct{}),
 	}
 	go b.supervise(pub)
+	if opts.Blocked != nil {
+		go b.watchBlocked(opts.Blocked)
+	}
 	return b, nil
+}
+
+// watchBlocked follows the broker blocking and unblocking publishing until
+// the notifications end (the connection closed) or the backend closes.
+func (b *Backend) watchBlocked(notes <-chan amqp.Blocking) {
+	for {
+		select {
+		case n, ok := <-notes:
+			if !ok {
+				return
+			}
+			if n.Active {
+				reason := n.Reason
+				if reason == "" {
+					reason = "no reason given"
+				}
+				b.blocked.Store(&reason)
+				b.logger.Warn("rabbitmq: the broker is blocking publishers: publishes wait until it unblocks", "reason", reason)
+			} else {
+				b.blocked.Store(nil)
+				b.logger.Info("rabbitmq: the broker unblocked publishers")
+			}
+		case <-b.stopWatch:
+			return
+		}
+	}
+}
+
+// whileBlocked adds to err that the broker is blocking publishers, if it
+// is.
+func (b *Backend) whileBlocked(err error) error {
+	if reason := b.blocked.Load(); reason != nil {
+		return fmt.Errorf("%w; %w: %s", err, ErrPublishingBlocked, *reason)
+	}
+	return err
 }
 
 // supervise watches the publishing channel: when the broker closes it over
@@ -281,7 +343,10 @@ func (b *Backend) publish(ctx context.Context, queue string, msg amqp.Publishing
 	for {
 		p, swapped := b.publisher()
 		err := p.Publish(ctx, queue, msg)
-		if err == nil || !errors.Is(err, ErrPublisherClosed) || errors.Is(err, queuey.ErrMaybeEnqueued) || !channelException(err) {
+		if errors.Is(err, queuey.ErrMaybeEnqueued) || (err != nil && ctx.Err() != nil) {
+			return b.whileBlocked(err)
+		}
+		if err == nil || !errors.Is(err, ErrPublisherClosed) || !channelException(err) {
 			return err
 		}
 		select {
@@ -698,6 +763,7 @@ func (b *Backend) Close() error {
 			b.hold = nil
 		}
 		<-b.holdLock
+		close(b.stopWatch)
 		b.pubMu.Lock()
 		b.closing = true
 		p := b.pub

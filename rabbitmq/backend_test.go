@@ -1130,3 +1130,69 @@ func TestDroppedConnectionClosesDoneWithoutReopening(t *testing.T) {
 		t.Errorf("a channel was reopened after the connection closed:\n%s", r.logs)
 	}
 }
+
+// While the broker blocks publishing (connection.blocked), a publish whose
+// wait for its confirm ends says so, with the broker's reason, besides
+// that the job may have been enqueued; the block and the unblock are
+// logged. membroker has no alarms: the notifications and the missing
+// confirm are staged.
+func TestPublishWhileTheBrokerBlocksSaysSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		broker := membroker.New(membroker.Config{Clock: clock.NewMock(), Version: membroker.RabbitMQ40})
+		conn, err := broker.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var g *gatedChannel
+		open := func() (Channel, error) {
+			ch, err := conn.Channel()
+			if err != nil {
+				return nil, err
+			}
+			if g == nil { // the publishing channel: its confirms never come
+				g = gated(ch, false)
+				return g, nil
+			}
+			return ch, nil
+		}
+		blocked := make(chan amqp.Blocking, 1)
+		var logs backendLogBuffer
+		b, err := New(open, Options{Blocked: blocked, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			close(g.open)
+			_ = b.Close()
+		}()
+		if err := b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs"}); err != nil {
+			t.Fatal(err)
+		}
+		publish := func() error {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			return b.Publish(ctx, testJob("jobs", "j", 0), 0, queuey.HoldRetry)
+		}
+
+		blocked <- amqp.Blocking{Active: true, Reason: "low on memory"}
+		synctest.Wait()
+		err = publish()
+		if !errors.Is(err, queuey.ErrMaybeEnqueued) || !errors.Is(err, context.DeadlineExceeded) ||
+			!errors.Is(err, ErrPublishingBlocked) || !strings.Contains(err.Error(), "low on memory") {
+			t.Fatalf("a publish timing out while blocked: %v; want ErrMaybeEnqueued, DeadlineExceeded and ErrPublishingBlocked with the reason", err)
+		}
+		if !strings.Contains(logs.String(), `level=WARN msg="rabbitmq: the broker is blocking publishers: publishes wait until it unblocks" reason="low on memory"`) {
+			t.Errorf("the block was not logged at WARN:\n%s", logs.String())
+		}
+
+		blocked <- amqp.Blocking{Active: false}
+		synctest.Wait()
+		if err := publish(); !errors.Is(err, queuey.ErrMaybeEnqueued) || errors.Is(err, ErrPublishingBlocked) {
+			t.Fatalf("a publish timing out once unblocked: %v; want ErrMaybeEnqueued without ErrPublishingBlocked", err)
+		}
+		if !strings.Contains(logs.String(), `level=INFO msg="rabbitmq: the broker unblocked publishers"`) {
+			t.Errorf("the unblock was not logged:\n%s", logs.String())
+		}
+	})
+}
