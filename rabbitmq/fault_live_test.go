@@ -1,0 +1,89 @@
+package rabbitmq
+
+// Fault tests against the live broker: they stop the broker's world (a
+// memory alarm blocks every publisher on it), so they run apart from the
+// other live tests, only when QUEUEY_RABBITMQCTL names the command that
+// runs rabbitmqctl against it (.ci/run sets it to "scripts/rabbitmq ctl"
+// for a step of its own). Without it, or without AMQP_URL, they skip.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// rabbitmqctl runs the command QUEUEY_RABBITMQCTL names with args, skipping
+// the test when it is unset.
+func rabbitmqctl(t *testing.T, args ...string) {
+	t.Helper()
+	ctl := strings.Fields(os.Getenv("QUEUEY_RABBITMQCTL"))
+	if len(ctl) == 0 {
+		t.Skip("QUEUEY_RABBITMQCTL not set: skipping a fault test that needs rabbitmqctl (see .ci/run)")
+	}
+	out, err := exec.Command(ctl[0], append(ctl[1:], args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", strings.Join(ctl, " "), strings.Join(args, " "), err, out)
+	}
+}
+
+// A memory alarm blocks publishing: an Enqueue whose ctx ends meanwhile
+// says the job may have been enqueued and that the broker is blocking
+// publishers, with its reason; once the alarm clears, the job is there.
+// This is what a previous session saw as a bare "context deadline
+// exceeded" for a job enqueued all the same.
+func TestLiveFaultMemoryAlarmBlocksPublishers(t *testing.T) {
+	if os.Getenv("AMQP_URL") == "" {
+		t.Skip("AMQP_URL not set: skipping a test that needs a live RabbitMQ (scripts/rabbitmq start)")
+	}
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4") // skips without QUEUEY_RABBITMQCTL
+	conn, err := amqp.Dial(os.Getenv("AMQP_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b, err := New(Channels(conn.Channel), Options{Blocked: conn.NotifyBlocked(make(chan amqp.Blocking, 1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r := newLiveRig(t, Options{}) // for its admin connection and the cleanup
+	q := r.queue()
+	if err := b.Declare(t.Context(), queuey.QueueConfig{Name: q}); err != nil {
+		t.Fatal(err)
+	}
+
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "absolute", "1MB")
+	alarmOn := true
+	defer func() {
+		if alarmOn {
+			rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4")
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	err = b.Publish(ctx, testJob(q, "during-the-alarm", 0), 0, queuey.HoldRetry)
+	t.Logf("publish during the alarm: %v", err)
+	if !errors.Is(err, queuey.ErrMaybeEnqueued) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrPublishingBlocked) {
+		t.Fatalf("a publish timing out during a memory alarm: %v; want queuey.ErrMaybeEnqueued, DeadlineExceeded and ErrPublishingBlocked", err)
+	}
+
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4")
+	alarmOn = false
+	deadline := time.Now().Add(30 * time.Second)
+	for r.ready(q) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job sent during the alarm is not on %s 30 s after it cleared", q)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := b.Publish(t.Context(), testJob(q, "after-the-alarm", 0), 0, queuey.HoldRetry); err != nil {
+		t.Fatalf("a publish after the alarm: %v", err)
+	}
+}
