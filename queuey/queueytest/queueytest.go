@@ -3,6 +3,12 @@
 // on unchanged. A handler test can then say what a deferral means on a real
 // broker (held, not deliverable; then run at the right attempt, deferral
 // count and priority) in milliseconds, with no broker.
+//
+// Test runs a harness inside a testing/synctest bubble, where the worker's
+// goroutines, the broker's timers and the handlers all share the bubble's
+// clock: Advance(d) returns once every job due by then has run and been
+// settled, with no polling. New makes one on a mock clock instead, for a
+// test that cannot run in a bubble; it waits for the worker with WaitFor.
 package queueytest
 
 import (
@@ -10,6 +16,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -28,17 +36,18 @@ type TB interface {
 }
 
 // Harness is a producer and a worker for some queues, on a membroker
-// broker driven by a mock clock.
+// broker driven by a mock clock (New) or a synctest bubble's clock (Test).
 type Harness struct {
 	t        TB
 	Broker   *membroker.Broker
-	Clock    *clock.Mock
+	Clock    *clock.Mock // nil in Test's bubble, whose clock is the time package's
 	Backend  *rabbitmq.Backend
 	Producer *queuey.Producer
 	Worker   *queuey.Worker
 	Log      *RunLog
 	topology rabbitmq.Topology
 	started  bool
+	bubble   bool // inside Test's synctest bubble
 }
 
 // Options configures New. The zero value is ready to use.
@@ -58,6 +67,32 @@ func New(t TB, opts Options, queues ...queuey.QueueConfig) *Harness {
 	t.Helper()
 	clk := clock.NewMock()
 	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h := newHarness(t, opts, clk, queues)
+	h.Clock = clk
+	return h
+}
+
+// Test runs fn with a harness for queues inside a testing/synctest bubble
+// (see synctest.Test): the broker, the backend, the worker and the handlers
+// run on the bubble's clock, which starts at midnight UTC, 2000-01-01, and
+// moves only when every goroutine in the bubble is blocked. So Advance and
+// Settle return once everything that can happen by then has happened, and
+// a test needs no WaitFor. A handler that waits on something outside the
+// bubble (a real network call, a channel made outside) is not durably
+// blocked: Settle then waits for it, or for ever; give it a fake made
+// inside fn. The worker stops, and everything closes, when fn returns.
+func Test(t *testing.T, opts Options, queues []queuey.QueueConfig, fn func(t *testing.T, h *Harness)) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, opts, clock.New(), queues)
+		h.bubble = true
+		fn(t, h)
+	})
+}
+
+// newHarness builds a harness whose broker, producer and worker run on clk.
+func newHarness(t TB, opts Options, clk clock.Clock, queues []queuey.QueueConfig) *Harness {
+	t.Helper()
 	b := membroker.New(membroker.Config{Clock: clk, Version: opts.Version})
 	conn, err := b.Dial()
 	if err != nil {
@@ -80,7 +115,7 @@ func New(t TB, opts Options, queues ...queuey.QueueConfig) *Harness {
 	if err != nil {
 		t.Fatalf("queueytest: worker: %v", err)
 	}
-	return &Harness{t: t, Broker: b, Clock: clk, Backend: backend, Producer: producer, Worker: worker,
+	return &Harness{t: t, Broker: b, Backend: backend, Producer: producer, Worker: worker,
 		Log: &RunLog{}, topology: opts.Topology.WithDefaults()}
 }
 
@@ -122,8 +157,29 @@ func (h *Harness) Start() {
 	})
 }
 
-// Advance moves virtual time forward: hold queues expire, waits end.
-func (h *Harness) Advance(d time.Duration) { h.Clock.Add(d) }
+// Advance moves virtual time forward: hold queues expire, waits end. In
+// Test's bubble it returns once everything due by then has happened: jobs
+// released and run, their successors published and the deliveries
+// settled. With New, the worker catches up in its own time (see WaitFor).
+func (h *Harness) Advance(d time.Duration) {
+	if !h.bubble {
+		h.Clock.Add(d)
+		return
+	}
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+// Settle returns once everything that can happen without time moving has
+// happened: jobs enqueued so far delivered, run and settled. It works in
+// Test's bubble only; with New, use WaitFor.
+func (h *Harness) Settle() {
+	h.t.Helper()
+	if !h.bubble {
+		h.t.Fatal("queueytest: Settle needs the harness of Test; with New, use WaitFor")
+	}
+	synctest.Wait()
+}
 
 // Pending counts a queue's jobs ready to be delivered.
 func (h *Harness) Pending(queue string) int {
@@ -151,9 +207,17 @@ func (h *Harness) Dead(queue string) int {
 
 // WaitFor waits until cond holds, failing the test with what after a
 // bounded wait (5 s of real time: the worker runs in goroutines). Virtual
-// time does not move while it waits.
+// time does not move while it waits. In Test's bubble it settles once and
+// fails at once if cond does not hold then.
 func (h *Harness) WaitFor(what string, cond func() bool) {
 	h.t.Helper()
+	if h.bubble {
+		synctest.Wait()
+		if !cond() {
+			h.t.Fatalf("queueytest: %s has not happened once everything settled (runs so far: %v)", what, h.Log.Runs())
+		}
+		return
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
