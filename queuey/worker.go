@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/internal/workercore"
 )
 
 // WorkerConfig configures a Worker. The zero value is ready to use.
@@ -113,7 +114,14 @@ func Register[T JobArgs](w *Worker, h Handler[T]) error {
 // is done it stops consuming, waits up to StopTimeout for running handlers
 // and settles their jobs, and returns nil. When a subscription ends under
 // it (the connection dropped) it does the same and returns an error wrapping
-// the broker's; nothing is acknowledged that was not settled.
+// the broker's. A job whose subscription ended before it was settled is
+// never settled on any other channel: the broker has requeued it already,
+// so its handler's outcome is logged and dropped.
+//
+// Everything between a delivery and its settlement is decided by the
+// worker's core (internal/workercore, docs/worker-core.md), the same code
+// the simulator and the property tests drive; Run is the shell that runs
+// its handlers and publishes on goroutines.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.running {
@@ -143,60 +151,85 @@ func (w *Worker) Run(ctx context.Context) error {
 		consumers = append(consumers, c)
 	}
 
-	// readers forward deliveries to handlers; inflight counts the handlers.
-	// A reader is the only one to add to inflight, so waiting for the
-	// readers first makes waiting for inflight safe.
+	s := &shell{w: w, ctx: handlerCtx, timers: map[workercore.ID]*clock.Timer{},
+		core: workercore.New[Delivery](workercore.Rules[Envelope, Decision](workerRules(w.queues)),
+			workercore.Config{RequeueDelay: w.cfg.RequeueDelay})}
+	// Subscription i is the core's generation i+1: it is lost on its own
+	// when the broker ends it.
+	for i := range consumers {
+		s.core.ConnectionUp(workercore.Gen(i + 1))
+	}
+
+	// readers forward deliveries to the core; inflight counts the handler
+	// goroutines. A reader is the only one to add to inflight, so waiting
+	// for the readers first makes waiting for inflight safe.
 	var readers, inflight sync.WaitGroup
-	ended := make(chan error, len(consumers))
+	type end struct {
+		gen workercore.Gen
+		err error
+	}
+	ended := make(chan end, len(consumers))
 	for i, c := range consumers {
 		q := w.queues[i]
+		gen := workercore.Gen(i + 1)
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
 			// Handler goroutines live as long as the subscription and take
-			// deliveries from work; a new one starts only when every one
-			// is busy, up to q.Prefetch of them.
-			work := make(chan Delivery)
+			// tasks from work; a new one starts only when every one is
+			// busy, up to q.Prefetch of them.
+			work := make(chan func())
 			handlers := 0
-			for d := range c.Deliveries() {
-				if consumeCtx.Err() != nil {
-					// Stopping: start no new handler; what arrives before
-					// the cancel takes effect goes straight back.
-					_ = d.Requeue()
-					continue
-				}
+			submit := func(task func()) {
 				select {
-				case work <- d:
-					continue
+				case work <- task:
+					return
 				default:
 				}
 				if handlers == q.Prefetch {
-					work <- d
-					continue
+					work <- task
+					return
 				}
 				handlers++
 				inflight.Go(func() {
-					w.process(handlerCtx, consumeCtx.Done(), q, d)
-					for d := range work {
-						w.process(handlerCtx, consumeCtx.Done(), q, d)
+					task()
+					for task := range work {
+						task()
 					}
 				})
 			}
+			var buf [2]coreAction
+			for d := range c.Deliveries() {
+				s.mu.Lock()
+				acts := s.core.Deliver(buf[:0], i, gen, d)
+				s.mu.Unlock()
+				s.exec(acts, submit)
+			}
 			close(work)
-			ended <- c.Err()
+			ended <- end{gen, c.Err()}
 		}()
 	}
 
 	var runErr error
+	var buf [8]coreAction
 	select {
 	case <-ctx.Done():
-	case err := <-ended:
-		if err != nil {
-			runErr = fmt.Errorf("queuey: consumer ended: %w", err)
+	case e := <-ended:
+		if e.err != nil {
+			runErr = fmt.Errorf("queuey: consumer ended: %w", e.err)
+			s.mu.Lock()
+			acts := s.core.ConnectionLost(buf[:0], e.gen)
+			s.mu.Unlock()
+			s.exec(acts, inline)
 		}
 	}
-	// Stop new deliveries; keep the channels open so that running handlers
-	// can still settle their jobs.
+	// Stop: no new handler starts, and a job waiting to be requeued is
+	// requeued now. Keep the channels open so that running handlers can
+	// still settle their jobs.
+	s.mu.Lock()
+	acts := s.core.Stop(buf[:0])
+	s.mu.Unlock()
+	s.exec(acts, inline)
 	stopConsuming()
 	for _, c := range consumers {
 		_ = c.Cancel()
@@ -225,39 +258,128 @@ func (w *Worker) draw() float64 {
 	return w.cfg.Rand()
 }
 
-// process runs one delivery to completion: handler, decision, successor,
-// and only then the acknowledgement. stopping is closed once the worker is
-// stopping (its context ended or a subscription did).
-func (w *Worker) process(ctx context.Context, stopping <-chan struct{}, q QueueConfig, d Delivery) {
-	log := w.cfg.Logger
-	env, err := DecodeEnvelope(d.Body())
-	if err != nil {
-		log.ErrorContext(ctx, "queuey: malformed envelope: dead-lettering it verbatim",
-			slog.String("queue", q.Name), slog.String("error", err.Error()))
-		if err := PublishMalformed(ctx, w.backend, q, d.Body()); err != nil {
-			w.requeueLater(ctx, stopping, q, d, "", err)
-			return
-		}
-		w.ack(ctx, q, d, "")
-		return
-	}
+// workerRules are the pure functions the core settles jobs by.
+type workerRules []QueueConfig
 
-	w.mu.Lock()
-	h, ok := w.handlers[env.Kind]
-	w.mu.Unlock()
+func (workerRules) Decode(_ int, body []byte) (Envelope, error) { return DecodeEnvelope(body) }
+
+func (r workerRules) Decide(q int, env Envelope, result error, u float64) (Decision, bool) {
+	dec := Decide(env, result, r[q], u)
+	return dec, dec.Action != ActionAck
+}
+
+type coreAction = workercore.Action[Delivery, Envelope, Decision]
+
+// shell carries out the core's actions for Run: handlers and publishes on
+// goroutines, RequeueDelay on the worker's clock. mu serialises the calls
+// into the core, which is not safe for concurrent use; actions run outside
+// it.
+type shell struct {
+	w      *Worker
+	ctx    context.Context // handlers' and publishes': cancelled when StopTimeout runs out
+	mu     sync.Mutex
+	core   *workercore.Core[Delivery, Envelope, Decision]
+	timers map[workercore.ID]*clock.Timer
+}
+
+func inline(task func()) { task() }
+
+// exec carries out acts in order. submit runs a task that may block for
+// long (a handler, or a publish started by a delivery) on a handler
+// goroutine; a handler goroutine's own follow-up actions run inline.
+func (s *shell) exec(acts []coreAction, submit func(func())) {
+	log := s.w.cfg.Logger
+	for _, a := range acts {
+		switch a.Kind {
+		case workercore.RunHandler:
+			submit(func() { s.handle(a) })
+		case workercore.Publish:
+			submit(func() { s.publish(a) })
+		case workercore.Ack:
+			if err := a.Msg.Ack(); err != nil {
+				// The broker redelivers it: at least once, never lost.
+				log.ErrorContext(s.ctx, "queuey: ack failed", slog.String("job_id", a.Job.ID),
+					slog.String("queue", s.w.queues[a.Queue].Name), slog.String("error", err.Error()))
+			}
+		case workercore.Requeue:
+			if err := a.Msg.Requeue(); err != nil {
+				log.ErrorContext(s.ctx, "queuey: requeue failed; the broker redelivers it when the channel closes",
+					slog.String("job_id", a.Job.ID), slog.String("queue", s.w.queues[a.Queue].Name), slog.String("error", err.Error()))
+			}
+		case workercore.StartTimer:
+			log.ErrorContext(s.ctx, "queuey: could not settle job: returning it to its queue",
+				slog.String("job_id", a.Job.ID), slog.String("queue", s.w.queues[a.Queue].Name),
+				slog.String("error", a.Err.Error()), slog.Duration("requeue_delay", a.Delay))
+			id := a.ID
+			s.mu.Lock()
+			s.timers[id] = s.w.cfg.Clock.AfterFunc(a.Delay, func() {
+				var buf [2]coreAction
+				s.mu.Lock()
+				delete(s.timers, id)
+				acts := s.core.TimerFired(buf[:0], id)
+				s.mu.Unlock()
+				s.exec(acts, inline)
+			})
+			s.mu.Unlock()
+		case workercore.StopTimer:
+			s.mu.Lock()
+			if t := s.timers[a.ID]; t != nil {
+				t.Stop()
+				delete(s.timers, a.ID)
+			}
+			s.mu.Unlock()
+		case workercore.Drop:
+			log.WarnContext(s.ctx, "queuey: the job's subscription ended before it was settled; the broker redelivers it",
+				slog.String("job_id", a.Job.ID), slog.String("queue", s.w.queues[a.Queue].Name))
+		}
+	}
+}
+
+// handle runs a job's handler (a *UnknownKindError when its kind has none)
+// and reports the result to the core.
+func (s *shell) handle(a coreAction) {
+	env := a.Job
+	s.w.mu.Lock()
+	h, ok := s.w.handlers[env.Kind]
+	s.w.mu.Unlock()
 	var result error
 	if !ok {
 		result = &UnknownKindError{Kind: env.Kind}
 	} else {
-		result = w.runHandler(ctx, h, env, d.Priority())
+		result = s.w.runHandler(s.ctx, h, env, a.Msg.Priority())
 	}
+	u := s.w.draw()
+	var buf [2]coreAction
+	s.mu.Lock()
+	acts := s.core.HandlerDone(buf[:0], a.ID, result, u)
+	s.mu.Unlock()
+	s.exec(acts, inline)
+}
 
-	dec := Decide(env, result, q, w.draw())
-	if dec.Action == ActionAck {
-		w.ack(ctx, q, d, env.ID)
-		return
+// publish publishes a successor (or a malformed body), waits for its
+// confirm, and reports to the core.
+func (s *shell) publish(a coreAction) {
+	q := s.w.queues[a.Queue]
+	var err error
+	if a.Malformed {
+		s.w.cfg.Logger.ErrorContext(s.ctx, "queuey: malformed envelope: dead-lettering it verbatim",
+			slog.String("queue", q.Name), slog.String("error", a.Err.Error()))
+		err = PublishMalformed(s.ctx, s.w.backend, q, a.Msg.Body())
+	} else {
+		s.w.logDecision(s.ctx, q, a.Job, a.Decision)
+		err = PublishSuccessor(s.ctx, s.w.backend, q, a.Decision)
 	}
-	// Built only off the hot path: an acknowledged job logs nothing.
+	var buf [2]coreAction
+	s.mu.Lock()
+	acts := s.core.Published(buf[:0], a.ID, err)
+	s.mu.Unlock()
+	s.exec(acts, inline)
+}
+
+// logDecision logs a job that was not simply acknowledged. Built only off
+// the hot path: an acknowledged job logs nothing.
+func (w *Worker) logDecision(ctx context.Context, q QueueConfig, env Envelope, dec Decision) {
+	log := w.cfg.Logger
 	attrs := []any{slog.String("job_id", env.ID), slog.String("queue", q.Name), slog.String("kind", env.Kind),
 		slog.Int("attempt", env.Attempt), slog.Int("deferrals", env.Deferrals)}
 	switch dec.Action {
@@ -265,19 +387,13 @@ func (w *Worker) process(ctx context.Context, stopping <-chan struct{}, q QueueC
 		log.InfoContext(ctx, "queuey: job deferred", append(attrs, slog.Duration("delay", dec.Delay), slog.String("reason", dec.Reason))...)
 	case ActionRetry:
 		var panicErr *PanicError
-		if errors.As(result, &panicErr) {
+		if errors.As(dec.Err, &panicErr) {
 			attrs = append(attrs, slog.String("stack", string(panicErr.Stack)))
 		}
-		log.WarnContext(ctx, "queuey: job failed, retrying", append(attrs, slog.Duration("delay", dec.Delay), slog.String("error", result.Error()))...)
+		log.WarnContext(ctx, "queuey: job failed, retrying", append(attrs, slog.Duration("delay", dec.Delay), slog.String("error", dec.Err.Error()))...)
 	case ActionDeadLetter:
-		log.ErrorContext(ctx, "queuey: job dead-lettered", append(attrs, slog.String("reason", dec.Reason), slog.String("error", result.Error()))...)
+		log.ErrorContext(ctx, "queuey: job dead-lettered", append(attrs, slog.String("reason", dec.Reason), slog.String("error", dec.Err.Error()))...)
 	}
-	err = PublishSuccessor(ctx, w.backend, q, dec)
-	if err != nil {
-		w.requeueLater(ctx, stopping, q, d, env.ID, err)
-		return
-	}
-	w.ack(ctx, q, d, env.ID)
 }
 
 // runHandler calls the handler, turning a panic into a *PanicError.
@@ -291,30 +407,4 @@ func (w *Worker) runHandler(ctx context.Context, h erasedHandler, env Envelope, 
 		ID: env.ID, Kind: env.Kind, Queue: env.Queue, Attempt: env.Attempt,
 		Deferrals: env.Deferrals, Priority: priority, EnqueuedAt: env.EnqueuedAt,
 	})
-}
-
-func (w *Worker) ack(ctx context.Context, q QueueConfig, d Delivery, id string) {
-	if err := d.Ack(); err != nil {
-		// The broker redelivers it: at least once, never lost.
-		w.cfg.Logger.ErrorContext(ctx, "queuey: ack failed", slog.String("job_id", id),
-			slog.String("queue", q.Name), slog.String("error", err.Error()))
-	}
-}
-
-// requeueLater returns a job whose settlement failed to its queue after
-// RequeueDelay (at once if the worker is stopping), unacknowledged until
-// then: never lost, never in a hot loop.
-func (w *Worker) requeueLater(ctx context.Context, stopping <-chan struct{}, q QueueConfig, d Delivery, id string, cause error) {
-	w.cfg.Logger.ErrorContext(ctx, "queuey: could not settle job: returning it to its queue",
-		slog.String("job_id", id), slog.String("queue", q.Name), slog.String("error", cause.Error()),
-		slog.Duration("requeue_delay", w.cfg.RequeueDelay))
-	select {
-	case <-w.cfg.Clock.After(w.cfg.RequeueDelay):
-	case <-stopping:
-	case <-ctx.Done():
-	}
-	if err := d.Requeue(); err != nil {
-		w.cfg.Logger.ErrorContext(ctx, "queuey: requeue failed; the broker redelivers it when the channel closes",
-			slog.String("job_id", id), slog.String("queue", q.Name), slog.String("error", err.Error()))
-	}
 }

@@ -1,0 +1,409 @@
+// Package workercore is the worker's core: everything between a delivery
+// and its settlement, as a state machine with no goroutines, channels or
+// clock of its own. It takes events (a delivery arrived, a handler returned,
+// a publish was confirmed or failed, a timer fired, the connection was lost
+// or came back, stop) and answers each with the actions to carry out, in
+// order. This is the pattern of etcd raft's RawNode.
+//
+// Three shells drive the same Core:
+//   - queuey.Worker.Run, which runs handlers and publishes on goroutines and
+//     times RequeueDelay with its clock;
+//   - package sim, which runs simulated handlers under a virtual clock, on
+//     one goroutine;
+//   - the properties' state machine, which runs one event at a time.
+//
+// The core's contracts (docs/worker-core.md):
+//   - A job's successor (retry, deferral or dead letter) is published and
+//     confirmed before the delivery is acknowledged: Ack is emitted only
+//     after Published(id, nil).
+//   - A delivery whose settlement failed is returned to its queue after
+//     RequeueDelay, unacknowledged until then; at once when stopping.
+//   - A delivery whose connection is gone is never settled: the broker has
+//     requeued it already. Its handler's outcome is dropped (Drop), and
+//     nothing is published for it.
+//   - Once stopping, no handler starts: a delivery arriving then is requeued.
+//
+// The core is not safe for concurrent use; a shell that calls it from
+// several goroutines serialises the calls.
+package workercore
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ID names one delivery in the core, from Deliver until it is settled or
+// dropped. IDs are assigned in delivery order from 1, so a run is
+// deterministic.
+type ID uint64
+
+// Gen names what a delivery came on: a connection, or a subscription's
+// channel. The shell numbers each one, says when it is up and when it is
+// lost, and passes the number with every delivery. Several can be live at
+// once (a worker's consumers, one channel each).
+type Gen uint64
+
+// Message is what the core needs of a delivery: its body, to decode.
+type Message interface {
+	Body() []byte
+}
+
+// Rules are the pure functions that give a job its meaning: how a body
+// decodes, and what a handler's result means for the job. Package queuey
+// supplies them (DecodeEnvelope and Decide).
+type Rules[J, D any] interface {
+	// Decode reads a delivery's body from queue q. An error means it is
+	// malformed: it is dead-lettered verbatim.
+	Decode(q int, body []byte) (J, error)
+	// Decide is what result means for job, run from queue q, with u a
+	// uniform draw in [0, 1) for jitter. publish says whether dec has a
+	// successor to publish before the delivery is acknowledged.
+	Decide(q int, job J, result error, u float64) (dec D, publish bool)
+}
+
+// Kind is what an action asks the shell to do.
+type Kind int
+
+const (
+	// RunHandler: run Job's handler, then report HandlerDone(ID, …).
+	RunHandler Kind = iota + 1
+	// Publish: publish Decision (or, when Malformed, Msg's body verbatim to
+	// the dead-letter queue) and wait for the broker's confirm, then
+	// report Published(ID, err).
+	Publish
+	// Ack: acknowledge Msg. The delivery is settled.
+	Ack
+	// Requeue: return Msg to its queue (basic.reject with requeue). Err
+	// says why its settlement failed, if it did.
+	Requeue
+	// StartTimer: after Delay, report TimerFired(ID).
+	StartTimer
+	// StopTimer: the timer of ID is no longer needed.
+	StopTimer
+	// Drop: ID's connection is gone, so the broker has requeued it; the
+	// core forgets it and nothing is to be settled. Err says why.
+	Drop
+	// Done: the core is stopping and nothing is in flight.
+	Done
+)
+
+func (k Kind) String() string {
+	switch k {
+	case RunHandler:
+		return "run-handler"
+	case Publish:
+		return "publish"
+	case Ack:
+		return "ack"
+	case Requeue:
+		return "requeue"
+	case StartTimer:
+		return "start-timer"
+	case StopTimer:
+		return "stop-timer"
+	case Drop:
+		return "drop"
+	case Done:
+		return "done"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Action is one thing for the shell to do.
+type Action[M Message, J, D any] struct {
+	Kind     Kind
+	ID       ID
+	Queue    int  // the queue index the delivery came from
+	Gen      Gen  // the connection it came on
+	Msg      M    // the delivery
+	Job      J    // the decoded job (zero when Malformed)
+	Decision D    // Publish, and Ack after a publish: the decision
+	Decided  bool // Decision is set: the handler has returned
+	// Malformed: the body did not decode. Publish then dead-letters it
+	// verbatim.
+	Malformed bool
+	Delay     time.Duration // StartTimer
+	Err       error         // Publish when Malformed: the decode error; Requeue, Drop: why
+}
+
+// ErrConnectionLost is the Err of a Drop: the delivery's connection went
+// before it was settled.
+var ErrConnectionLost = errors.New("workercore: the delivery's connection is gone; the broker has requeued it")
+
+// Config configures a Core.
+type Config struct {
+	// RequeueDelay is how long a delivery whose settlement failed waits
+	// before it is returned to its queue. Required: the shell applies its
+	// own default.
+	RequeueDelay time.Duration
+	// Mutate breaks the core on purpose, for tests that prove a check
+	// catches the bug. Zero in the product.
+	Mutate Mutation
+}
+
+// Mutation is a deliberate bug, injected by tests only.
+type Mutation int
+
+const (
+	// MutNone is the product.
+	MutNone Mutation = iota
+	// MutAckFirst acknowledges a delivery before its successor is
+	// published.
+	MutAckFirst
+	// MutSettleStale settles a delivery whose connection is gone as if it
+	// were not.
+	MutSettleStale
+)
+
+type phase int
+
+const (
+	phRunning    phase = iota // the handler runs
+	phPublishing              // the successor (or malformed body) is being published
+	phWaiting                 // the settlement failed: waiting RequeueDelay
+)
+
+type entry[M Message, J, D any] struct {
+	id        ID
+	queue     int
+	gen       Gen
+	msg       M
+	job       J
+	dec       D
+	decided   bool
+	malformed bool
+	phase     phase
+	lost      bool // its connection went
+	acked     bool // MutAckFirst only: acknowledged before its publish
+}
+
+// Core is the worker's state machine. Make one with New.
+type Core[M Message, J, D any] struct {
+	rules    Rules[J, D]
+	cfg      Config
+	live     map[Gen]bool // connections whose deliveries can be settled
+	next     ID
+	inflight map[ID]*entry[M, J, D]
+	stopping bool
+	done     bool // Done has been emitted
+	free     []*entry[M, J, D]
+}
+
+// New returns a core with no live connection: call ConnectionUp before
+// the first delivery.
+func New[M Message, J, D any](rules Rules[J, D], cfg Config) *Core[M, J, D] {
+	if cfg.RequeueDelay <= 0 {
+		panic("workercore: RequeueDelay must be positive")
+	}
+	return &Core[M, J, D]{rules: rules, cfg: cfg, live: map[Gen]bool{}, inflight: map[ID]*entry[M, J, D]{}}
+}
+
+// Inflight is how many deliveries the core holds: handlers running,
+// publishes awaited and requeues waiting.
+func (c *Core[M, J, D]) Inflight() int { return len(c.inflight) }
+
+// Stopping reports whether Stop has been called.
+func (c *Core[M, J, D]) Stopping() bool { return c.stopping }
+
+// ConnectionUp says that deliveries made on gen can be settled. A
+// generation lost once never comes back: the shell numbers a new
+// connection afresh.
+func (c *Core[M, J, D]) ConnectionUp(gen Gen) {
+	c.live[gen] = true
+}
+
+// ConnectionLost says that gen's connection is gone: the broker has
+// requeued every delivery made on it. Those waiting to be requeued are
+// dropped at once; those whose handler or publish is still running are
+// dropped when it reports.
+func (c *Core[M, J, D]) ConnectionLost(acts []Action[M, J, D], gen Gen) []Action[M, J, D] {
+	delete(c.live, gen)
+	if c.cfg.Mutate == MutSettleStale {
+		return acts
+	}
+	// In ID order, so the actions are the same on every run.
+	for _, id := range c.sortedIDs() {
+		e := c.inflight[id]
+		if e.gen != gen || e.lost {
+			continue
+		}
+		e.lost = true
+		if e.phase == phWaiting {
+			acts = append(acts, c.action(StopTimer, e))
+			acts = c.drop(acts, e)
+		}
+	}
+	return c.maybeDone(acts)
+}
+
+// Deliver takes a delivery from queue q on connection gen. It answers
+// RunHandler, Publish (a malformed body), or Requeue (stopping).
+func (c *Core[M, J, D]) Deliver(acts []Action[M, J, D], q int, gen Gen, m M) []Action[M, J, D] {
+	c.next++
+	e := c.newEntry()
+	e.id, e.queue, e.gen, e.msg = c.next, q, gen, m
+	switch {
+	case !c.live[gen] && c.cfg.Mutate != MutSettleStale:
+		// Its connection went before it was even taken.
+		e.lost = true
+		a := c.action(Drop, e)
+		a.Err = ErrConnectionLost
+		c.recycle(e)
+		return append(acts, a)
+	case c.stopping:
+		a := c.action(Requeue, e)
+		c.recycle(e)
+		return append(acts, a)
+	}
+	job, err := c.rules.Decode(q, m.Body())
+	c.inflight[e.id] = e
+	if err != nil {
+		e.malformed, e.phase = true, phPublishing
+		a := c.action(Publish, e)
+		a.Err = err
+		return append(acts, a)
+	}
+	e.job = job
+	return append(acts, c.action(RunHandler, e))
+}
+
+// HandlerDone reports that id's handler returned result; u is a uniform
+// draw in [0, 1) for the retry jitter. It answers Ack, Publish (the
+// successor), or Drop (the connection went meanwhile).
+func (c *Core[M, J, D]) HandlerDone(acts []Action[M, J, D], id ID, result error, u float64) []Action[M, J, D] {
+	e := c.inflight[id]
+	if e == nil || e.phase != phRunning {
+		panic(fmt.Sprintf("workercore: HandlerDone(%d) for a delivery whose handler is not running", id))
+	}
+	if e.lost {
+		return c.maybeDone(c.drop(acts, e))
+	}
+	dec, publish := c.rules.Decide(e.queue, e.job, result, u)
+	e.dec = dec
+	e.decided = true
+	if !publish {
+		acts = append(acts, c.action(Ack, e))
+		c.settled(e)
+		return c.maybeDone(acts)
+	}
+	e.phase = phPublishing
+	if c.cfg.Mutate == MutAckFirst {
+		e.acked = true
+		acts = append(acts, c.action(Ack, e))
+	}
+	return append(acts, c.action(Publish, e))
+}
+
+// Published reports the broker's answer to id's publish: nil once it is
+// confirmed. It answers Ack; or, on an error, StartTimer (RequeueDelay)
+// or Requeue (stopping); or Drop (the connection went meanwhile: the
+// successor may exist beside the broker's requeued original, a duplicate
+// the drop explains).
+func (c *Core[M, J, D]) Published(acts []Action[M, J, D], id ID, err error) []Action[M, J, D] {
+	e := c.inflight[id]
+	if e == nil || e.phase != phPublishing {
+		panic(fmt.Sprintf("workercore: Published(%d) for a delivery with no publish in flight", id))
+	}
+	switch {
+	case e.lost:
+		return c.maybeDone(c.drop(acts, e))
+	case e.acked:
+		c.settled(e) // MutAckFirst: whatever the publish did, it is gone
+		return c.maybeDone(acts)
+	case err == nil:
+		acts = append(acts, c.action(Ack, e))
+		c.settled(e)
+		return c.maybeDone(acts)
+	case c.stopping:
+		a := c.action(Requeue, e)
+		a.Err = err
+		c.settled(e)
+		return c.maybeDone(append(acts, a))
+	}
+	e.phase = phWaiting
+	a := c.action(StartTimer, e)
+	a.Delay, a.Err = c.cfg.RequeueDelay, err
+	return append(acts, a)
+}
+
+// TimerFired reports that id's RequeueDelay has passed. It answers
+// Requeue, or nothing if id was settled or dropped meanwhile.
+func (c *Core[M, J, D]) TimerFired(acts []Action[M, J, D], id ID) []Action[M, J, D] {
+	e := c.inflight[id]
+	if e == nil || e.phase != phWaiting {
+		return acts // requeued at Stop, or dropped with its connection
+	}
+	acts = append(acts, c.action(Requeue, e))
+	c.settled(e)
+	return c.maybeDone(acts)
+}
+
+// Stop starts a graceful stop: no handler starts from now on, requeues
+// waiting for their delay happen at once, and Done follows once nothing is
+// in flight.
+func (c *Core[M, J, D]) Stop(acts []Action[M, J, D]) []Action[M, J, D] {
+	c.stopping = true
+	for _, id := range c.sortedIDs() {
+		e := c.inflight[id]
+		if e.phase != phWaiting {
+			continue
+		}
+		acts = append(acts, c.action(StopTimer, e), c.action(Requeue, e))
+		c.settled(e)
+	}
+	return c.maybeDone(acts)
+}
+
+func (c *Core[M, J, D]) drop(acts []Action[M, J, D], e *entry[M, J, D]) []Action[M, J, D] {
+	a := c.action(Drop, e)
+	a.Err = ErrConnectionLost
+	c.settled(e)
+	return append(acts, a)
+}
+
+func (c *Core[M, J, D]) maybeDone(acts []Action[M, J, D]) []Action[M, J, D] {
+	if c.stopping && !c.done && len(c.inflight) == 0 {
+		c.done = true
+		acts = append(acts, Action[M, J, D]{Kind: Done})
+	}
+	return acts
+}
+
+func (c *Core[M, J, D]) action(k Kind, e *entry[M, J, D]) Action[M, J, D] {
+	return Action[M, J, D]{Kind: k, ID: e.id, Queue: e.queue, Gen: e.gen, Msg: e.msg, Job: e.job,
+		Decision: e.dec, Decided: e.decided, Malformed: e.malformed}
+}
+
+// settled forgets e.
+func (c *Core[M, J, D]) settled(e *entry[M, J, D]) {
+	delete(c.inflight, e.id)
+	c.recycle(e)
+}
+
+func (c *Core[M, J, D]) newEntry() *entry[M, J, D] {
+	if n := len(c.free); n > 0 {
+		e := c.free[n-1]
+		c.free = c.free[:n-1]
+		return e
+	}
+	return new(entry[M, J, D])
+}
+
+func (c *Core[M, J, D]) recycle(e *entry[M, J, D]) {
+	*e = entry[M, J, D]{}
+	if len(c.free) < 256 {
+		c.free = append(c.free, e)
+	}
+}
+
+// sortedIDs is the in-flight IDs in ascending order.
+func (c *Core[M, J, D]) sortedIDs() []ID {
+	ids := make([]ID, 0, len(c.inflight))
+	for id := range c.inflight {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
