@@ -27,17 +27,23 @@ type WorkerConfig struct {
 	// running handlers to return and their jobs to be settled. When it runs
 	// out, handlers' contexts are cancelled, and so is the settling of
 	// their jobs: each goes back to its queue unacknowledged (requeued),
-	// never lost. Defaults to 30 seconds.
+	// never lost. Defaults to DefaultStopTimeout, 30 seconds.
 	StopTimeout time.Duration
 	// RequeueDelay is how long a job whose successor could not be published
 	// (or which could not be dead-lettered) waits before it is returned to
 	// its queue, so that a persistent failure is retried at a bounded rate,
-	// never in a hot loop. Defaults to 1 second.
+	// never in a hot loop. Defaults to DefaultRequeueDelay, 1 second.
 	RequeueDelay time.Duration
 	// Rand draws the uniform numbers in [0, 1) for retry jitter. Defaults
 	// to math/rand/v2's Float64.
 	Rand func() float64
 }
+
+// The defaults of WorkerConfig.
+const (
+	DefaultStopTimeout  = 30 * time.Second
+	DefaultRequeueDelay = time.Second
+)
 
 func (c WorkerConfig) withDefaults() WorkerConfig {
 	if c.Logger == nil {
@@ -47,10 +53,10 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 		c.Clock = clock.New()
 	}
 	if c.StopTimeout == 0 {
-		c.StopTimeout = 30 * time.Second
+		c.StopTimeout = DefaultStopTimeout
 	}
 	if c.RequeueDelay == 0 {
-		c.RequeueDelay = time.Second
+		c.RequeueDelay = DefaultRequeueDelay
 	}
 	if c.Rand == nil {
 		c.Rand = rand.Float64
@@ -258,7 +264,9 @@ func (w *Worker) draw() float64 {
 	return w.cfg.Rand()
 }
 
-// workerRules are the pure functions the core settles jobs by.
+// workerRules are the pure functions the core settles jobs by. The
+// simulator and the properties use internal/workerrules, the same adapter,
+// which this package cannot import.
 type workerRules []QueueConfig
 
 func (workerRules) Decode(_ int, body []byte) (Envelope, error) { return DecodeEnvelope(body) }

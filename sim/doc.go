@@ -54,6 +54,13 @@
 // per-message expirations) as a negative control: invariant 2 catches its
 // head-of-line blocking.
 //
+// Each simulated worker process settles its deliveries with the worker
+// core that queuey.Worker.Run drives (internal/workercore): the same code
+// decodes, decides, publishes the successor before the acknowledgement,
+// requeues after RequeueDelay, and drops the outcome of a delivery whose
+// connection went. The simulator only carries out what the core says, on
+// the virtual clock, and checks it.
+//
 // Deliveries are taken off the worker's channel the way the backend's
 // Consume sets it up (its own channel, Qos(prefetch), manual
 // acknowledgements, basic.reject with requeue), but without its forwarding

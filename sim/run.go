@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/queuey/queuey/internal/workercore"
+	"github.com/queuey/queuey/internal/workerrules"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
@@ -51,19 +53,29 @@ const (
 	mutWrongReason              // a dead letter is published with another reason
 	mutHoldBound                // the hold-queue bound is taken as 1
 	mutHoldExpires2TTL          // hold queues are declared with seed 000's x-expires, 2 × TTL
+	mutAckFirst                 // the worker core acknowledges before the successor is confirmed
+	mutSettleStale              // the worker core settles a delivery whose connection is gone
 )
+
+// coreMutation is the worker core's deliberate bug for m, if it is one.
+func (m mutation) coreMutation() workercore.Mutation {
+	switch m {
+	case mutAckFirst:
+		return workercore.MutAckFirst
+	case mutSettleStale:
+		return workercore.MutSettleStale
+	}
+	return workercore.MutNone
+}
 
 // Start is the virtual instant every run starts at.
 var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// requeueDelay is how long a worker keeps a delivery it could not settle
-// before returning it, as queuey.WorkerConfig.RequeueDelay's default.
-const requeueDelay = time.Second
-
 // Run simulates s (defaults applied) on membroker under a virtual clock,
-// on one goroutine, and returns what happened. It runs the real rabbitmq
-// backend, queuey.Decide and queuey.PublishSuccessor; only the handlers are
-// simulated. The same scenario gives the same Result and the same trace,
+// on one goroutine, and returns what happened. It runs the product: the
+// real rabbitmq backend, and the worker core that queuey.Worker.Run drives
+// (internal/workercore), which decodes, decides and settles every delivery;
+// only the handlers are simulated. The same scenario gives the same Result and the same trace,
 // byte for byte. Invariant violations are in the Result, not the error;
 // the error is for a scenario that does not validate, ctx ending, or the
 // simulation itself failing.
@@ -269,6 +281,10 @@ type worker struct {
 	back queuey.Backend
 	rb   *rabbitmq.Backend
 	sub  *subscription
+	// core is the process's worker core: made when the process starts,
+	// kept across its reconnections, gone when it dies.
+	core    *workerrules.Core[*simDelivery]
+	connGen workercore.Gen // connections so far: the core's generation of the current one
 	// restart is how long the process stays down after its next crash;
 	// defaults to a second.
 	restart time.Duration
@@ -303,6 +319,7 @@ type subscription struct {
 	ch      *membroker.Channel
 	held    []uint64 // numbers of the jobs in hand (a prefetch's worth), in no order
 	dead    bool     // its process crashed: its handlers vanished
+	gen     workercore.Gen
 }
 
 // job is what the simulation knows of one job while it is live.
@@ -563,7 +580,13 @@ func (r *runner) startWorker(w *worker) error {
 	}
 	w.tags++
 	tag := fmt.Sprintf("%s-w%d-%d", w.q.spec.Name, w.idx, w.tags)
-	sub := &subscription{w: w, tag: tag, back: w.back, ch: ch}
+	if w.core == nil {
+		w.core = workerrules.New[*simDelivery]([]queuey.QueueConfig{w.q.cfg},
+			workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay, Mutate: r.opts.mutate.coreMutation()})
+	}
+	w.connGen++
+	w.core.ConnectionUp(w.connGen)
+	sub := &subscription{w: w, tag: tag, back: w.back, ch: ch, gen: w.connGen}
 	r.subs[tag] = sub // before Consume, which may deliver at once
 	in, err := ch.Consume(w.q.spec.Name, tag, false, false, false, false, nil)
 	if err != nil {
@@ -578,6 +601,7 @@ func (r *runner) startWorker(w *worker) error {
 // stopWorker releases a worker's backend; its connection is already gone.
 func (r *runner) stopWorker(w *worker) {
 	w.up = false
+	w.core, w.connGen = nil, 0 // the process, and its core, died
 	if w.sub != nil {
 		w.sub.dead = true
 		w.sub = nil
@@ -686,7 +710,9 @@ type simDelivery struct {
 	n   uint64
 	env queuey.Envelope
 	out outcome
-	gen int
+	gen int           // the worker process's generation it was delivered in
+	id  workercore.ID // its name in the worker's core
+	run int           // the handler run it is, from 0
 }
 
 func (d *simDelivery) Body() []byte      { return d.d.Body }
@@ -914,64 +940,110 @@ func (r *runner) outcomeOf(j *job, run int) outcome {
 	return outcome{label: "ok", duration: dur}
 }
 
-// begin starts handling a delivery: a malformed body is dead-lettered at
-// once; a job's handler runs for its drawn duration.
+// simAction is one of a worker core's actions.
+type simAction = workerrules.Action[*simDelivery]
+
+// begin hands a delivery to its worker's core: the product's own
+// settlement logic (internal/workercore) decides everything from here, and
+// exec carries out what it says.
 func (r *runner) begin(w *worker, sub *subscription, d *simDelivery) {
-	q := w.q
-	env, err := queuey.DecodeEnvelope(d.Body())
-	if err != nil {
-		r.settleMalformed(w, sub, d)
-		return
+	d.r, d.w, d.sub, d.gen = r, w, sub, w.gen
+	var buf [2]simAction
+	r.exec(w, w.core.Deliver(buf[:0], 0, sub.gen, d))
+}
+
+// exec carries out a worker core's actions, the simulation's shell: a
+// handler runs for its drawn duration on the virtual clock, publishes and
+// acknowledgements go to the broker at once, and every step is traced and
+// checked.
+func (r *runner) exec(w *worker, acts []simAction) {
+	for i := range acts {
+		a := &acts[i]
+		switch a.Kind {
+		case workercore.RunHandler:
+			r.runHandler(w, a)
+		case workercore.Publish:
+			if a.Malformed {
+				r.publishMalformed(w, a)
+			} else {
+				r.publish(w, a)
+			}
+		case workercore.Ack:
+			r.ack(w, a)
+		case workercore.Requeue:
+			r.requeue(w, a)
+		case workercore.StartTimer:
+			// The core ignores a timer whose delivery it has forgotten;
+			// a process that died took its core with it.
+			gen, id := w.gen, a.ID
+			r.clk.AfterFunc(a.Delay, func() {
+				if w.gen == gen {
+					var buf [2]simAction
+					r.exec(w, w.core.TimerFired(buf[:0], id))
+				}
+			})
+		case workercore.Drop:
+			d := a.Msg
+			r.emit(Event{Kind: EvSettleFailed, Job: d.n, Queue: w.q.spec.Name, Worker: w.idx, Detail: "its connection is gone: outcome dropped"})
+			r.recycle(d)
+		}
 	}
+}
+
+// runHandler starts a job's handler: its outcome is drawn, and it
+// completes after its drawn duration.
+func (r *runner) runHandler(w *worker, a *simAction) {
+	d, env := a.Msg, a.Job
 	n := jobNumber(env.ID)
 	j := r.job(n)
 	if j == nil {
 		r.failf("delivered job %q is not live", env.ID)
 		return
 	}
-	r.emit(Event{Kind: EvDeliver, Job: n, Queue: q.spec.Name, Worker: w.idx, Attempt: env.Attempt, Deferrals: env.Deferrals, Priority: d.Priority()})
+	r.emit(Event{Kind: EvDeliver, Job: n, Queue: w.q.spec.Name, Worker: w.idx, Attempt: env.Attempt, Deferrals: env.Deferrals, Priority: d.Priority()})
 	r.checkDelivered(j, env, d)
-	sub.held = append(sub.held, n)
-	run := j.runs
+	d.sub.held = append(d.sub.held, n)
+	d.run = j.runs
 	j.runs++
-	d.r, d.w, d.sub, d.j, d.n, d.env, d.gen = r, w, sub, j, n, env, w.gen
-	d.out = r.outcomeOf(j, run)
+	d.j, d.n, d.env, d.id = j, n, env, a.ID
+	d.out = r.outcomeOf(j, d.run)
 	r.clk.afterFire(d.out.duration, d)
 }
 
 // fire is the end of a delivery's handler run.
 func (d *simDelivery) fire() { d.r.complete(d) }
 
-// complete settles a delivery whose handler has run, unless its worker
-// died meanwhile.
+// complete reports a handler's result to its worker's core, unless the
+// process died meanwhile (its core with it) or the handler crashes it.
 func (r *runner) complete(d *simDelivery) {
-	w, sub, j, n := d.w, d.sub, d.j, d.n
-	q := w.q
-	if sub.dead || w.gen != d.gen {
+	w := d.w
+	if w.gen != d.gen {
 		return // the process died with its handlers
 	}
-	if r.jobs.get(n) != j {
-		// Its connection dropped under it and the broker's redelivery of
-		// it has ended the job since: nothing this handler could publish
-		// or acknowledge would reach the broker.
-		r.emit(Event{Kind: EvSettleFailed, Job: n, Queue: q.spec.Name, Worker: w.idx, Detail: "the job ended while its connection was gone"})
-		return
-	}
-	r.emit(Event{Kind: EvOutcome, Job: n, Queue: q.spec.Name, Worker: w.idx, Attempt: d.env.Attempt, Deferrals: d.env.Deferrals, Detail: d.out.label})
+	r.emit(Event{Kind: EvOutcome, Job: d.n, Queue: w.q.spec.Name, Worker: w.idx, Attempt: d.env.Attempt, Deferrals: d.env.Deferrals, Detail: d.out.label})
 	if d.out.crash {
-		r.crash(w, "poison job "+strconv.FormatUint(n, 10))
+		r.crash(w, "poison job "+strconv.FormatUint(d.n, 10))
 		return
 	}
-	r.settle(d)
+	var buf [2]simAction
+	r.exec(w, w.core.HandlerDone(buf[:0], d.id, d.out.result, r.draw(d.n, uint64(d.run+1), streamJitter)))
 }
 
-// settle decides and publishes the successor, then acknowledges: the
-// worker's sequence, with the same functions.
-func (r *runner) settle(d *simDelivery) {
-	w, sub, j, env, out := d.w, d.sub, d.j, d.env, d.out
+// publish publishes the successor the core decided, with the bookkeeping
+// the invariants need around the call, and reports the broker's answer to
+// the core.
+func (r *runner) publish(w *worker, a *simAction) {
+	d, env, dec := a.Msg, a.Job, a.Decision
 	q := w.q
-	dec := queuey.Decide(env, out.result, q.cfg, r.draw(j.n, uint64(j.runs), streamJitter))
-	r.checkDecision(j, env, out, dec)
+	if d.sub != w.sub {
+		// The core must drop the outcome of a delivery whose connection
+		// went: the broker has requeued it, so a successor would be a
+		// second copy of the job.
+		r.violate(5, r.job(d.n), fmt.Sprintf("job %d: its worker published a successor for a delivery of a connection that is gone", d.n))
+		return
+	}
+	j := d.j
+	r.checkDecision(j, env, d.out, dec)
 	cur := settling{j: j, dec: dec, issued: r.now()}
 	switch dec.Action {
 	case queuey.ActionRetry:
@@ -994,40 +1066,26 @@ func (r *runner) settle(d *simDelivery) {
 		})
 	}
 	r.cur, r.curSet = cur, true
-	err := r.publishSuccessor(sub, q, dec)
+	err := r.publishSuccessor(d.sub, q, dec)
 	r.cur, r.curSet = settling{}, false
 	if err != nil {
 		if held {
 			j.expect = j.expect[:len(j.expect)-1]
 		}
 		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: q.spec.Name, Worker: w.idx, Detail: settleFailure(err)})
-		r.requeueLater(w, sub, j, d)
-		return
-	}
-	switch dec.Action {
-	case queuey.ActionRetry, queuey.ActionDefer:
-		if dec.Action == queuey.ActionRetry {
+	} else {
+		switch dec.Action {
+		case queuey.ActionRetry:
 			j.failures++
-		} else {
+		case queuey.ActionDefer:
 			r.res.Deferrals++
+		case queuey.ActionDeadLetter:
+			j.deadWant = append(j.deadWant, deadWant{reason: dec.Reason, attempts: dec.Successor.Attempt})
+			r.end1(j, "dead-lettered", dec.Reason)
 		}
-	case queuey.ActionDeadLetter:
-		j.deadWant = append(j.deadWant, deadWant{reason: dec.Reason, attempts: dec.Successor.Attempt})
-		r.end1(j, "dead-lettered", dec.Reason)
 	}
-	if err := d.Ack(); err != nil {
-		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: q.spec.Name, Worker: w.idx, Detail: "ack: " + settleFailure(err)})
-		return
-	}
-	sub.release(j.n)
-	r.recycle(d)
-	j.copies--
-	j.returns = 0 // a successor is a new message, whose delivery count starts at 0
-	r.emit(Event{Kind: EvAck, Job: j.n, Queue: q.spec.Name, Worker: w.idx})
-	if dec.Action == queuey.ActionAck {
-		r.end1(j, "succeeded", "")
-	}
-	r.retire(j)
+	var buf [2]simAction
+	r.exec(w, w.core.Published(buf[:0], a.ID, err))
 }
 
 // publishSuccessor is queuey.PublishSuccessor, with the deliberate bug
@@ -1048,49 +1106,74 @@ func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec queuey.Dec
 	return queuey.PublishSuccessor(r.bg, sub.back, q.cfg, dec)
 }
 
-// settleMalformed dead-letters a body that is not an envelope, verbatim,
-// and acknowledges it; the consumer keeps consuming.
-func (r *runner) settleMalformed(w *worker, sub *subscription, d queuey.Delivery) {
-	q := w.q
-	if err := queuey.PublishMalformed(r.bg, sub.back, q.cfg, d.Body()); err != nil {
-		r.emit(Event{Kind: EvSettleFailed, Queue: q.spec.Name, Worker: w.idx, Detail: "malformed: " + settleFailure(err)})
-		r.requeueLater(w, sub, nil, d)
-		return
+// publishMalformed dead-letters a body that is not an envelope, verbatim.
+func (r *runner) publishMalformed(w *worker, a *simAction) {
+	d := a.Msg
+	err := queuey.PublishMalformed(r.bg, d.sub.back, w.q.cfg, d.Body())
+	if err != nil {
+		r.emit(Event{Kind: EvSettleFailed, Queue: w.q.spec.Name, Worker: w.idx, Detail: "malformed: " + settleFailure(err)})
 	}
-	if err := d.Ack(); err == nil {
-		r.recycle(d)
-	}
-	if w.sub != sub || sub.ch.IsClosed() {
-		r.violate(8, nil, "the consumer stopped after a malformed body")
-	}
+	var buf [2]simAction
+	r.exec(w, w.core.Published(buf[:0], a.ID, err))
 }
 
-// requeueLater returns a delivery whose settlement failed after
-// requeueDelay, as the worker does.
-func (r *runner) requeueLater(w *worker, sub *subscription, j *job, d queuey.Delivery) {
-	r.clk.AfterFunc(requeueDelay, func() {
-		if sub.dead {
-			return
+// ack acknowledges a settled delivery; the consumer must keep consuming
+// after a malformed body.
+func (r *runner) ack(w *worker, a *simAction) {
+	d := a.Msg
+	sub := d.sub
+	if a.Malformed {
+		if err := d.Ack(); err == nil {
+			r.recycle(d)
 		}
-		// basic.reject with requeue counts toward a quorum queue's
-		// delivery limit on both profiles (as a return on 4.0, as a failed
-		// delivery on 4.3; a nack would not on 4.3). Counted before the
-		// call, in which the broker may dead-letter it.
-		if j != nil {
-			j.returns++
+		if w.sub != sub || sub.ch.IsClosed() {
+			r.violate(8, nil, "the consumer stopped after a malformed body")
 		}
-		if err := d.Requeue(); err != nil {
-			if j != nil {
-				j.returns--
-			}
-			return // the channel is gone: the broker requeued it already
-		}
-		if j != nil {
-			sub.release(j.n)
-			r.emit(Event{Kind: EvRequeue, Job: j.n, Queue: w.q.spec.Name, Worker: w.idx})
-		}
+		return
+	}
+	j := d.j
+	if a.Decision.Action == queuey.ActionAck {
+		r.checkDecision(j, d.env, d.out, a.Decision)
+	}
+	if err := d.Ack(); err != nil {
+		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: w.q.spec.Name, Worker: w.idx, Detail: "ack: " + settleFailure(err)})
+		return
+	}
+	sub.release(j.n)
+	if r.opts.mutate != mutAckFirst { // there, the core publishes the successor after the ack
 		r.recycle(d)
-	})
+	}
+	j.copies--
+	j.returns = 0 // a successor is a new message, whose delivery count starts at 0
+	r.emit(Event{Kind: EvAck, Job: j.n, Queue: w.q.spec.Name, Worker: w.idx})
+	if a.Decision.Action == queuey.ActionAck {
+		r.end1(j, "succeeded", "")
+	}
+	r.retire(j)
+}
+
+// requeue returns a delivery whose settlement failed to its queue.
+func (r *runner) requeue(w *worker, a *simAction) {
+	d := a.Msg
+	j := d.j // nil for a malformed body
+	// basic.reject with requeue counts toward a quorum queue's delivery
+	// limit on both profiles (as a return on 4.0, as a failed delivery on
+	// 4.3; a nack would not on 4.3). Counted before the call, in which the
+	// broker may dead-letter it.
+	if j != nil {
+		j.returns++
+	}
+	if err := d.Requeue(); err != nil {
+		if j != nil {
+			j.returns--
+		}
+		return // the channel is gone: the broker requeued it already
+	}
+	if j != nil {
+		d.sub.release(j.n)
+		r.emit(Event{Kind: EvRequeue, Job: j.n, Queue: w.q.spec.Name, Worker: w.idx})
+	}
+	r.recycle(d)
 }
 
 // end1 records that j reached a terminal state.
@@ -1177,6 +1260,10 @@ func (r *runner) fault(f Fault) {
 		old := w.back
 		oldSub := w.sub
 		w.sub = nil
+		// The core learns its connection is gone: what waits to be
+		// requeued is dropped now, what runs when it reports.
+		var buf [4]simAction
+		r.exec(w, w.core.ConnectionLost(buf[:0], oldSub.gen))
 		// The process lives on and reconnects after Restart; its handlers
 		// still running finish and fail to settle. If one of them kills
 		// the process first, the crash's own restart replaces this one.

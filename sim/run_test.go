@@ -217,20 +217,25 @@ func poisonJob(t *testing.T, trace string) string {
 // queue unacknowledged, is retried after the requeue delay without spending
 // an attempt, and once the squatter is gone its deferral goes through.
 func TestRefusedHoldDeclaration(t *testing.T) {
-	s := Scenario{
-		Duration: dur(time.Minute), Drain: dur(time.Minute),
-		Queues: []Queue{{Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{
-			{At: dur(time.Second), Outcomes: []string{"defer", "ok"}, RetryAfter: dur(7 * time.Second)},
-		}}}}},
-		Faults: []Fault{{At: 0, Kind: FaultRefuseHold, TTL: dur(7 * time.Second), For: dur(5 * time.Second)}},
-	}
-	res, trace := run(t, s, Options{})
+	res, trace := run(t, refusedHold(), Options{})
 	requireNoViolations(t, res)
 	if !strings.Contains(trace, "settle-failed job=1") || !strings.Contains(trace, "PRECONDITION_FAILED") {
 		t.Fatalf("no refused hold in the trace:\n%s", trace)
 	}
 	if res.Jobs.Succeeded != 1 || res.Attempts.Counts()[1] != 1 {
 		t.Fatalf("jobs %+v, attempts %v", res.Jobs, res.Attempts.Counts())
+	}
+}
+
+// refusedHold is one job deferred for 7 s while the hold queue for 7 s
+// exists with other arguments, for the first 5 s of the run.
+func refusedHold() Scenario {
+	return Scenario{
+		Duration: dur(time.Minute), Drain: dur(time.Minute),
+		Queues: []Queue{{Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{
+			{At: dur(time.Second), Outcomes: []string{"defer", "ok"}, RetryAfter: dur(7 * time.Second)},
+		}}}}},
+		Faults: []Fault{{At: 0, Kind: FaultRefuseHold, TTL: dur(7 * time.Second), For: dur(5 * time.Second)}},
 	}
 }
 
@@ -293,9 +298,18 @@ func TestChecksHaveTeeth(t *testing.T) {
 		{"a retry lost", mutLoseRetry, 5},
 		{"a dead letter with the wrong reason", mutWrongReason, 8},
 		{"more hold queues than the bound", mutHoldBound, 7},
+		// The worker core's own settlement, as Worker.Run runs it.
+		{"the core acks before the successor is confirmed", mutAckFirst, 5},
+		{"the core settles a pre-drop delivery on the new connection", mutSettleStale, 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			res, _ := run(t, mixed("classic", "RabbitMQ40"), Options{mutate: c.mut})
+			s := mixed("classic", "RabbitMQ40")
+			if c.mut == mutAckFirst {
+				// A successor the broker refuses: acknowledged first, the
+				// job is gone.
+				s = refusedHold()
+			}
+			res, _ := run(t, s, Options{mutate: c.mut})
 			for _, v := range res.Violations {
 				if v.Invariant == c.inv {
 					if len(v.Excerpt) == 0 {
