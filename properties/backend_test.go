@@ -110,7 +110,7 @@ func machineConfigGen() *rapid.Generator[machineConfig] {
 func (m *machine) actions() map[string]func(*rapid.T) {
 	settle := func(o outcome) func(*rapid.T) {
 		return func(t *rapid.T) {
-			j := m.pick(t, "job", func(j *job) bool { return j.state == stInHand })
+			j := m.pick(t, "job", func(j *job) bool { return j.state == stInHand && !j.ran })
 			var delay time.Duration
 			if o == deferral {
 				delay = delayGen.Draw(t, "retry_after")
@@ -165,7 +165,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			m.drop(t, w)
 		},
 		"lateSettle": func(t *rapid.T) {
-			w := m.pickWorker(t, func(w *worker) bool { return !w.up && len(w.stale) > 0 })
+			w := m.pickWorker(t, func(w *worker) bool { return len(w.stale) > 0 })
 			s := w.stale[rapid.IntRange(0, len(w.stale)-1).Draw(t, "stale")]
 			o := rapid.SampledFrom([]outcome{succeed, retry, deferral, fatal, requeue}).Draw(t, "outcome")
 			delay := delayGen.Draw(t, "retry_after")
@@ -253,7 +253,7 @@ func script(cfg machineConfig, sab sabotage, steps ...func(rapid.TB, *machine)) 
 	return func(t rapid.TB) {
 		m := newMachine(t, cfg)
 		defer m.close()
-		m.sabotage = sab
+		m.setSabotage(sab)
 		for _, step := range steps {
 			step(t, m)
 			m.check(t)
@@ -265,11 +265,11 @@ func enqueue(t rapid.TB, m *machine) { m.enqueue(t, 0) }
 func readAll(t rapid.TB, m *machine) { m.deliver(t, m.workers[0], 10) }
 func firstInHand(m *machine) *job {
 	for _, j := range m.all {
-		if j.state == stInHand {
+		if j.state == stInHand && !j.ran {
 			return j
 		}
 	}
-	panic("no job in hand")
+	panic("no job in hand whose handler runs")
 }
 func settleWith(o outcome, delay time.Duration) func(rapid.TB, *machine) {
 	return func(t rapid.TB, m *machine) { m.settle(t, firstInHand(m), o, delay, 0.5) }
@@ -307,6 +307,19 @@ func TestBackendStateMachineChecksBite(t *testing.T) {
 		{"a dead letter with the wrong reason", sabWrongReason,
 			[]func(rapid.TB, *machine){enqueue, readAll, settleWith(fatal, 0), func(t rapid.TB, m *machine) { m.audit(t) }},
 			`dead letter says reason "a reason nobody decided"`},
+		// The worker core's own settlement, as Worker.Run runs it.
+		{"an ack before the successor is confirmed", sabAckFirst,
+			[]func(rapid.TB, *machine){enqueue, readAll, settleWith(retry, 0)},
+			"acknowledged job j1 before its retry successor was confirmed"},
+		{"a pre-drop delivery settled on the new connection", sabSettleStale,
+			[]func(rapid.TB, *machine){enqueue, readAll,
+				func(t rapid.TB, m *machine) { m.drop(t, m.workers[0]) },
+				func(t rapid.TB, m *machine) { m.start(t, m.workers[0]) },
+				func(t rapid.TB, m *machine) {
+					w := m.workers[0]
+					m.lateSettle(t, w, w.stale[0], retry, 0, 0.5)
+				}},
+			"worker 0's core settled job j1 (retry) after its connection went: [publish]"},
 		{"a hold purged behind the model's back", sabNone,
 			[]func(rapid.TB, *machine){enqueue, readAll, settleWith(deferral, time.Second), func(t rapid.TB, m *machine) {
 				if _, err := m.admin.QueuePurge("jobs.deferred.1000", false); err != nil {
@@ -386,7 +399,7 @@ func TestBackendStateMachineFindsALostRetry(t *testing.T) {
 	out := expectRapidFailure(t, func(t *rapid.T) {
 		m := newMachine(t, machineConfigGen().Draw(t, "config"))
 		t.Cleanup(m.close)
-		m.sabotage = sabLoseRetry
+		m.setSabotage(sabLoseRetry)
 		t.Repeat(m.actions())
 	})
 	// The lost successor shows as a publish that returned nil and reached
@@ -410,6 +423,7 @@ func TestBackendStateMachineScripts(t *testing.T) {
 				m.settle(t, j, requeue, 0, 0)
 			}
 		}
+		m.advance(queuey.DefaultRequeueDelay) // the core requeues it
 	}
 	for _, profile := range []membroker.Version{membroker.RabbitMQ40, membroker.RabbitMQ43} {
 		t.Run("delivery limit/"+profile.String(), func(t *testing.T) {
@@ -448,6 +462,14 @@ func TestBackendStateMachineScripts(t *testing.T) {
 					t.Fatalf("a refused enqueue left a job in the model")
 				}
 			},
+			advance(queuey.DefaultRequeueDelay-time.Millisecond),
+			func(t rapid.TB, m *machine) {
+				if j := m.all[0]; j.state != stInHand {
+					t.Fatalf("job %s is %s before the requeue delay has passed", j.id, j.state)
+				}
+			},
+			advance(time.Millisecond), // the core requeues it, and the broker hands it over again
+			readAll,
 			settleWith(deferral, time.Second), // another hold queue: accepted on a fresh hold channel
 			func(t rapid.TB, m *machine) { m.unsquat(t, "jobs.deferred.2000") },
 			advance(time.Second), readAll,

@@ -17,7 +17,11 @@
 //     state-machine Repeat: enqueues, holds, deliveries, handler outcomes,
 //     time, worker crashes, dropped connections, broker restarts and
 //     squatted hold queues, checked after every step against a model of
-//     where each job must be.
+//     where each job must be. Each worker settles what it reads with the
+//     product's worker core (internal/workercore), the one queuey.Worker.Run
+//     drives: the machine carries out its actions and checks them, and a
+//     handler that returns after its connection went must have its outcome
+//     dropped.
 //   - The tests named …ChecksBite, …Catches… and …Finds… break things on
 //     purpose and require the properties to fail, so that none of them
 //     passes for want of teeth.

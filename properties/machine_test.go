@@ -14,6 +14,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"pgregory.net/rapid"
 
+	"github.com/queuey/queuey/internal/workercore"
+	"github.com/queuey/queuey/internal/workerrules"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
@@ -116,33 +118,45 @@ type job struct {
 	dispatchRe  bool          // stDispatched: the Redelivered flag the broker reported
 	delivery    amqp.Delivery // stInHand
 	env         queuey.Envelope
+	core        workercore.ID // stInHand: its name in its worker's core
+	ran         bool          // stInHand: its handler has returned; the core is settling it
+	confirmed   bool          // stInHand: its successor's publish was confirmed
 	deadReason  string // stDead: the reason its dead letter must carry
 	deadByLimit bool   // stDead: the broker dead-lettered it for delivery_limit
 }
 
 // worker is one worker process: a connection with a backend for
-// settlements and a raw consumer channel, as sim sets workers up.
+// settlements and a raw consumer channel, as sim sets workers up, and the
+// worker core that settles what it reads: the product's, which
+// queuey.Worker.Run drives too.
 type worker struct {
 	idx    int
 	up     bool
 	starts int
+	core   *workerrules.Core[*delivery] // made when the process starts; gone when it crashes
+	gen    workercore.Gen               // its connection's generation in the core
 	conn   *membroker.Connection
 	back   *rabbitmq.Backend
 	ch     *membroker.Channel
 	in     <-chan amqp.Delivery
 	tag    string
 	unread []*job // dispatched to it and not yet read, in the order the broker handed them over
-	// stale are the deliveries its handlers still hold after the broker
-	// dropped its connection (drop): settling them must fail.
+	// stale are the deliveries whose handlers still run after the broker
+	// dropped their connection (drop, restartBroker): the core must drop
+	// their outcomes, even once the worker has reconnected.
 	stale []staleDelivery
 }
 
 // staleDelivery is a delivery a worker read before its connection went.
 type staleDelivery struct {
-	j   *job
-	d   amqp.Delivery
-	env queuey.Envelope
+	j  *job
+	id workercore.ID
 }
+
+// delivery is what a worker's core settles: a delivery off its channel.
+type delivery struct{ d amqp.Delivery }
+
+func (d *delivery) Body() []byte { return d.d.Body }
 
 // machine is the system under test and its model.
 type machine struct {
@@ -251,9 +265,11 @@ func (m *machine) close() {
 func (m *machine) start(t rapid.TB, w *worker) {
 	t.Helper()
 	if w.back != nil {
-		_ = w.back.Close() // a dropped worker's, which its stale handlers could still use
+		_ = w.back.Close() // a dropped worker's
 	}
-	w.stale = nil
+	if w.core == nil {
+		m.newCore(w)
+	}
 	w.conn = m.dial(t)
 	var err error
 	if w.back, err = rabbitmq.New(rabbitmq.Channels(w.conn.Channel), rabbitmq.Options{Topology: m.top}); err != nil {
@@ -269,11 +285,35 @@ func (m *machine) start(t rapid.TB, w *worker) {
 		t.Fatalf("worker %d qos: %v", w.idx, err)
 	}
 	w.starts++
+	w.gen = workercore.Gen(w.starts)
+	w.core.ConnectionUp(w.gen)
 	w.tag = fmt.Sprintf("w%d.%d", w.idx, w.starts)
 	m.byTag[w.tag] = w // before Consume, which may deliver at once
 	w.up = true
 	if w.in, err = w.ch.Consume(workQueue, w.tag, false, false, false, false, nil); err != nil {
 		t.Fatalf("worker %d consume: %v", w.idx, err)
+	}
+}
+
+// newCore starts w's process: a worker core, with the machine's sabotage
+// if it breaks the core.
+func (m *machine) newCore(w *worker) {
+	var mut workercore.Mutation
+	switch m.sabotage {
+	case sabAckFirst:
+		mut = workercore.MutAckFirst
+	case sabSettleStale:
+		mut = workercore.MutSettleStale
+	}
+	w.core = workerrules.New[*delivery]([]queuey.QueueConfig{m.qcfg}, workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay, Mutate: mut})
+}
+
+// setSabotage breaks the settlement path, before anything is delivered.
+func (m *machine) setSabotage(s sabotage) {
+	m.sabotage = s
+	for _, w := range m.workers {
+		m.newCore(w)
+		w.core.ConnectionUp(w.gen)
 	}
 }
 
@@ -609,7 +649,23 @@ func (m *machine) read(j *job, d amqp.Delivery) {
 	case d.ContentType != "application/json" || d.DeliveryMode != amqp.Persistent || d.Type != jobKind:
 		m.problem("job %s arrived as %q, delivery mode %d, type %q", j.id, d.ContentType, d.DeliveryMode, d.Type)
 	}
-	j.state, j.delivery, j.env = stInHand, d, env
+	j.state, j.delivery, j.env, j.ran, j.confirmed = stInHand, d, env, false, false
+	w := j.worker
+	acts := w.core.Deliver(nil, 0, w.gen, &delivery{d})
+	if len(acts) != 1 || acts[0].Kind != workercore.RunHandler {
+		m.problem("worker %d's core took job %s with %v, want one run-handler", w.idx, j.id, kinds(acts))
+		return
+	}
+	j.core = acts[0].ID
+}
+
+// kinds lists actions' kinds, for messages.
+func kinds(acts []workerrules.Action[*delivery]) []string {
+	var out []string
+	for _, a := range acts {
+		out = append(out, a.Kind.String())
+	}
+	return out
 }
 
 // outcome is what a handler does with a job in hand.
@@ -627,42 +683,99 @@ var outcomeNames = [...]string{"succeed", "retry", "defer", "fatal", "requeue"}
 
 func (o outcome) String() string { return outcomeNames[o] }
 
-// settle finishes j, in its worker's hand, as the worker does: decide,
-// publish the successor (retry, defer, fatal) and acknowledge; or
-// acknowledge a success; or return it with basic.reject and requeue.
-// delay is the deferral's Retry-After and u the retry jitter's draw.
+// errRefusedByTest is the publish error of the requeue outcome: the
+// broker never sees the publish.
+var errRefusedByTest = errors.New("the test refuses this publish")
+
+// result is what a handler returns for outcome o; requeue fails as retry
+// does, and its successor's publish is refused.
+func result(o outcome, delay time.Duration) error {
+	switch o {
+	case retry, requeue:
+		return errors.New("handler failed")
+	case deferral:
+		return queuey.Defer(delay, "rate limited")
+	case fatal:
+		return queuey.Fatal(errors.New("bad input"))
+	}
+	return nil
+}
+
+// settle has the handler of j, in its worker's hand, return outcome o,
+// and carries out what the worker's core decides: acknowledge a success;
+// publish the successor (retry, defer, fatal) and acknowledge once it is
+// confirmed; or, when the publish is refused (requeue, or a squatted hold
+// queue), return the job to its queue after RequeueDelay. delay is the
+// deferral's Retry-After and u the retry jitter's draw.
 func (m *machine) settle(t rapid.TB, j *job, o outcome, delay time.Duration, u float64) {
 	t.Helper()
 	w := j.worker
-	if j.state != stInHand || w == nil {
-		t.Fatalf("settle: job %s is %s", j.id, j.state)
+	if j.state != stInHand || w == nil || j.ran {
+		t.Fatalf("settle: job %s is %s (its handler returned: %t)", j.id, j.state, j.ran)
 	}
-	d := j.delivery
-	switch o {
-	case succeed:
-		j.state, j.worker = stDone, nil
-		if err := d.Ack(false); err != nil {
-			t.Fatalf("ack job %s: %v", j.id, err)
+	j.ran = true
+	m.exec(t, w, j, o, delay, w.core.HandlerDone(nil, j.core, result(o, delay), u))
+}
+
+// exec carries out w's core's actions for j, whose handler returned o.
+func (m *machine) exec(t rapid.TB, w *worker, j *job, o outcome, delay time.Duration, acts []workerrules.Action[*delivery]) {
+	t.Helper()
+	for _, a := range acts {
+		switch a.Kind {
+		case workercore.Publish:
+			m.publish(t, w, j, o, delay, a)
+		case workercore.Ack:
+			if a.Decision.Action != queuey.ActionAck && !j.confirmed {
+				m.problem("worker %d acknowledged job %s before its %s successor was confirmed", w.idx, j.id, a.Decision.Action)
+			}
+			if a.Decision.Action == queuey.ActionAck {
+				j.state, j.worker = stDone, nil
+			}
+			if err := a.Msg.d.Ack(false); err != nil {
+				t.Fatalf("ack job %s: %v", j.id, err)
+			}
+		case workercore.StartTimer:
+			core, id := w.core, a.ID
+			m.clk.AfterFunc(a.Delay, func() {
+				if w.core == core { // the process lives
+					m.requeued(w, j, core.TimerFired(nil, id))
+				}
+			})
+		default:
+			m.problem("worker %d's core answered job %s's %s with %s", w.idx, j.id, o, a.Kind)
 		}
-		return
-	case requeue:
+	}
+}
+
+// requeued carries out the core's answer to a requeue timer: j goes back
+// to its queue.
+func (m *machine) requeued(w *worker, j *job, acts []workerrules.Action[*delivery]) {
+	for _, a := range acts {
+		if a.Kind != workercore.Requeue {
+			m.problem("worker %d's core answered job %s's requeue timer with %s", w.idx, j.id, a.Kind)
+			continue
+		}
 		m.giveBack(j)
-		if err := d.Reject(true); err != nil {
-			t.Fatalf("reject job %s: %v", j.id, err)
+		if err := a.Msg.d.Reject(true); err != nil {
+			m.problem("reject job %s: %v", j.id, err)
 		}
 		m.gaveBack(j)
-		return
 	}
+}
 
+// publish checks the successor the core decided for j against the model,
+// publishes it as the worker does, and reports the broker's answer to the
+// core.
+func (m *machine) publish(t rapid.TB, w *worker, j *job, o outcome, delay time.Duration, a workerrules.Action[*delivery]) {
+	t.Helper()
+	dec := a.Decision
 	saved := *j
-	var dec queuey.Decision
 	switch o {
-	case retry:
-		dec = queuey.Decide(j.env, errors.New("handler failed"), m.qcfg, u)
+	case retry, requeue:
 		policy := m.qcfg.Retry
 		if policy.MaxAttempts > 0 && j.attempt >= policy.MaxAttempts {
 			if dec.Action != queuey.ActionDeadLetter || dec.Reason != queuey.ReasonAttemptsExhausted || dec.Successor.Attempt != j.attempt {
-				t.Fatalf("attempt %d of %d of job %s failed: Decide said %s (%q) with attempt %d", j.attempt, policy.MaxAttempts, j.id, dec.Action, dec.Reason, dec.Successor.Attempt)
+				t.Fatalf("attempt %d of %d of job %s failed: the core decided %s (%q) with attempt %d", j.attempt, policy.MaxAttempts, j.id, dec.Action, dec.Reason, dec.Successor.Attempt)
 			}
 			j.deadReason, j.priority = queuey.ReasonAttemptsExhausted, 0
 			m.expect(j, deadQueue, 0)
@@ -670,7 +783,7 @@ func (m *machine) settle(t rapid.TB, j *job, o outcome, delay time.Duration, u f
 		}
 		if dec.Action != queuey.ActionRetry || dec.Successor.Attempt != j.attempt+1 || dec.Successor.Deferrals != j.deferrals ||
 			dec.Successor.Priority != 0 || dec.Delay < 0 || dec.Delay > policy.Cap {
-			t.Fatalf("a retry of job %s (attempt %d, %d deferrals): Decide said %s to attempt %d with %d deferrals at priority %d after %s (cap %s)",
+			t.Fatalf("a retry of job %s (attempt %d, %d deferrals): the core decided %s to attempt %d with %d deferrals at priority %d after %s (cap %s)",
 				j.id, j.attempt, j.deferrals, dec.Action, dec.Successor.Attempt, dec.Successor.Deferrals, dec.Successor.Priority, dec.Delay, policy.Cap)
 		}
 		j.attempt++
@@ -678,10 +791,9 @@ func (m *machine) settle(t rapid.TB, j *job, o outcome, delay time.Duration, u f
 		ttl := holdTTL(dec.Delay, m.cfg.RetryG)
 		m.expect(j, destination(ttl), ttl)
 	case deferral:
-		dec = queuey.Decide(j.env, queuey.Defer(delay, "rate limited"), m.qcfg, u)
 		if dec.Action != queuey.ActionDefer || dec.Successor.Attempt != j.attempt || dec.Successor.Deferrals != j.deferrals+1 ||
 			dec.Successor.Priority != m.qcfg.TopPriority() || dec.Delay != max(delay, 0) {
-			t.Fatalf("a deferral of job %s (attempt %d, %d deferrals) for %s: Decide said %s to attempt %d with %d deferrals at priority %d after %s",
+			t.Fatalf("a deferral of job %s (attempt %d, %d deferrals) for %s: the core decided %s to attempt %d with %d deferrals at priority %d after %s",
 				j.id, j.attempt, j.deferrals, delay, dec.Action, dec.Successor.Attempt, dec.Successor.Deferrals, dec.Successor.Priority, dec.Delay)
 		}
 		j.deferrals++
@@ -689,25 +801,40 @@ func (m *machine) settle(t rapid.TB, j *job, o outcome, delay time.Duration, u f
 		ttl := holdTTL(dec.Hold(), m.cfg.DeferredG)
 		m.expect(j, destination(ttl), ttl)
 	case fatal:
-		dec = queuey.Decide(j.env, queuey.Fatal(errors.New("bad input")), m.qcfg, u)
 		if dec.Action != queuey.ActionDeadLetter || dec.Reason != "fatal: bad input" || dec.Successor.Attempt != j.attempt {
-			t.Fatalf("a fatal failure of job %s: Decide said %s (%q) with attempt %d", j.id, dec.Action, dec.Reason, dec.Successor.Attempt)
+			t.Fatalf("a fatal failure of job %s: the core decided %s (%q) with attempt %d", j.id, dec.Action, dec.Reason, dec.Successor.Attempt)
 		}
 		j.deadReason, j.priority = dec.Reason, 0
 		m.expect(j, deadQueue, 0)
+	default:
+		t.Fatalf("job %s succeeded, and the core publishes a %s successor", j.id, dec.Action)
 	}
-	err := queuey.PublishSuccessor(ctx, m.settlement(w), m.qcfg, dec)
-	if m.squat[j.dest] {
-		// The hold is refused: the job stays in hand, unacknowledged, as
-		// the worker leaves it until it requeues it.
-		m.refused(t, j, "the "+o.String()+" successor", err)
+	var err error
+	switch {
+	case o == requeue:
+		err = errRefusedByTest
+		m.cur = nil
+		*j = saved // it stays in hand, unacknowledged, until the core requeues it
+	case a.Gen != w.gen || !w.up:
+		// Never on the product's path: the core drops the outcome of a
+		// delivery whose connection went.
+		m.problem("worker %d published job %s's %s successor for a delivery of a connection that is gone", w.idx, j.id, o)
+		m.cur = nil
 		*j = saved
 		return
+	default:
+		err = queuey.PublishSuccessor(ctx, m.settlement(w), m.qcfg, dec)
+		if m.squat[j.dest] {
+			// The hold is refused: the job stays in hand, unacknowledged,
+			// until the core requeues it.
+			m.refused(t, j, "the "+o.String()+" successor", err)
+			*j = saved
+		} else {
+			m.published(t, j, "the "+o.String()+" successor", err)
+			j.confirmed = true
+		}
 	}
-	m.published(t, j, "the "+o.String()+" successor", err)
-	if err := d.Ack(false); err != nil {
-		t.Fatalf("ack job %s after publishing its successor: %v", j.id, err)
-	}
+	m.exec(t, w, j, o, delay, w.core.Published(nil, a.ID, err))
 }
 
 // giveBack notes that j's message is returning to the work queue (a
@@ -749,6 +876,7 @@ func (m *machine) crash(t rapid.TB, w *worker) {
 		}
 	}
 	w.up, w.unread, w.stale = false, nil, nil
+	w.core = nil // the process died, its core with it
 	m.broker.CloseConnection(w.conn, nil)
 	_ = w.back.Close() // its channels are gone already
 	w.back = nil
@@ -762,52 +890,46 @@ func (m *machine) crash(t rapid.TB, w *worker) {
 // running with what it had read can no longer settle (lateSettle).
 func (m *machine) drop(t rapid.TB, w *worker) {
 	t.Helper()
-	var back []*job
-	w.stale = nil
-	for _, j := range m.all {
-		if j.worker == w && (j.state == stDispatched || j.state == stInHand) {
-			if j.state == stInHand {
-				w.stale = append(w.stale, staleDelivery{j: j, d: j.delivery, env: j.env})
-			}
-			back = append(back, j)
-			m.giveBack(j)
-		}
-	}
-	w.up, w.unread = false, nil
+	back := m.loseConnection(w)
 	m.broker.CloseConnection(w.conn, nil)
 	for _, j := range back {
 		m.gaveBack(j)
 	}
 }
 
+// loseConnection gives back what w was handed, keeps the deliveries whose
+// handlers still run as stale, and tells w's core: those waiting to be
+// requeued must be dropped at once.
+func (m *machine) loseConnection(w *worker) []*job {
+	var back []*job
+	for _, j := range m.all {
+		if j.worker == w && (j.state == stDispatched || j.state == stInHand) {
+			if j.state == stInHand && !j.ran {
+				w.stale = append(w.stale, staleDelivery{j: j, id: j.core})
+			}
+			back = append(back, j)
+			m.giveBack(j)
+		}
+	}
+	w.up, w.unread = false, nil
+	for _, a := range w.core.ConnectionLost(nil, w.gen) {
+		if a.Kind != workercore.Drop && a.Kind != workercore.StopTimer {
+			m.problem("worker %d's core answered the loss of its connection with %s", w.idx, a.Kind)
+		}
+	}
+	return back
+}
+
 // lateSettle has a handler of a dropped worker finish the stale delivery
-// s with outcome o: its successor must not be published, nor its
-// delivery settled, and nothing may change on the broker.
+// s with outcome o, before or after the worker reconnected: its core must
+// drop the outcome, publishing and settling nothing.
 func (m *machine) lateSettle(t rapid.TB, w *worker, s staleDelivery, o outcome, delay time.Duration, u float64) {
 	t.Helper()
-	m.cur = nil
-	var err error
-	switch o {
-	case succeed:
-		err = s.d.Ack(false)
-	case requeue:
-		err = s.d.Reject(true)
-	default:
-		var res error
-		switch o {
-		case retry:
-			res = errors.New("handler failed")
-		case deferral:
-			res = queuey.Defer(delay, "rate limited")
-		case fatal:
-			res = queuey.Fatal(errors.New("bad input"))
-		}
-		err = queuey.PublishSuccessor(ctx, w.back, m.qcfg, queuey.Decide(s.env, res, m.qcfg, u))
+	acts := w.core.HandlerDone(nil, s.id, result(o, delay), u)
+	if len(acts) != 1 || acts[0].Kind != workercore.Drop {
+		m.problem("worker %d's core settled job %s (%s) after its connection went: %v", w.idx, s.j.id, o, kinds(acts))
 	}
-	if err == nil {
-		m.problem("worker %d settled job %s (%s) after its connection was gone, without an error", w.idx, s.j.id, o)
-	}
-	w.stale = slices.DeleteFunc(w.stale, func(x staleDelivery) bool { return x.j == s.j && x.d.DeliveryTag == s.d.DeliveryTag })
+	w.stale = slices.DeleteFunc(w.stale, func(x staleDelivery) bool { return x.id == s.id })
 }
 
 // restartBroker restarts the broker: every connection goes, what was
@@ -822,7 +944,7 @@ func (m *machine) lateSettle(t rapid.TB, w *worker, s staleDelivery, o outcome, 
 func (m *machine) restartBroker(t rapid.TB) {
 	t.Helper()
 	for _, w := range m.workers {
-		w.unread, w.stale = nil, nil
+		w.unread = nil
 	}
 	m.restarting = true
 	m.broker.Restart()
@@ -831,13 +953,10 @@ func (m *machine) restartBroker(t rapid.TB) {
 	for _, w := range m.workers {
 		if w.up {
 			wasUp = append(wasUp, w)
+			m.loseConnection(w)
 		}
-		w.up, w.unread = false, nil
 	}
 	for _, j := range m.all {
-		if j.state == stDispatched || j.state == stInHand {
-			m.giveBack(j)
-		}
 		m.gaveBack(j)
 	}
 	_ = m.producer.Close()
@@ -1007,6 +1126,8 @@ const (
 	sabDeferSpendsAttempt          // a deferral's successor counts an attempt
 	sabShortHold                   // holds are published for a quarter of their delay
 	sabWrongReason                 // dead letters carry another reason
+	sabAckFirst                    // the worker core acknowledges before the successor is confirmed
+	sabSettleStale                 // the worker core settles a delivery whose connection is gone
 )
 
 // settlement is the backend w settles through: its own, or with the
