@@ -121,8 +121,8 @@ type job struct {
 	core        workercore.ID // stInHand: its name in its worker's core
 	ran         bool          // stInHand: its handler has returned; the core is settling it
 	confirmed   bool          // stInHand: its successor's publish was confirmed
-	deadReason  string // stDead: the reason its dead letter must carry
-	deadByLimit bool   // stDead: the broker dead-lettered it for delivery_limit
+	deadReason  string        // stDead: the reason its dead letter must carry
+	deadByLimit bool          // stDead: the broker dead-lettered it for delivery_limit
 }
 
 // worker is one worker process: a connection with a backend for
