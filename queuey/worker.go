@@ -182,36 +182,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() {
 			defer readers.Done()
 			// Handler goroutines live as long as the subscription and take
-			// tasks from work; a new one starts only when every one is
-			// busy, up to q.Prefetch of them.
-			work := make(chan func())
-			handlers := 0
-			submit := func(task func()) {
-				select {
-				case work <- task:
-					return
-				default:
-				}
-				if handlers == q.Prefetch {
-					work <- task
-					return
-				}
-				handlers++
-				inflight.Go(func() {
-					task()
-					for task := range work {
-						task()
-					}
-				})
-			}
-			var buf [2]coreAction
+			// the core's RunHandler and Publish actions from work; a new one
+			// starts only when every one is busy, up to q.Prefetch of them.
+			// Actions, not closures, go down the channel: a closure per job
+			// was an allocation of the action's size on every delivery
+			// (BenchmarkConsume, docs/worker-core.md).
+			p := &pool{s: s, queue: i, gen: gen, work: make(chan Delivery), max: q.Prefetch, wg: &inflight}
 			for d := range c.Deliveries() {
-				s.mu.Lock()
-				acts := s.core.Deliver(buf[:0], i, gen, d)
-				s.mu.Unlock()
-				s.exec(acts, submit)
+				p.submit(d)
 			}
-			close(work)
+			close(p.work)
 			ended <- end{gen, c.Err()}
 		}()
 	}
@@ -226,7 +206,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			s.mu.Lock()
 			acts := s.core.ConnectionLost(buf[:0], e.gen)
 			s.mu.Unlock()
-			s.exec(acts, inline)
+			s.exec(acts)
 		}
 	}
 	// Stop: no new handler starts, and a job waiting to be requeued is
@@ -235,7 +215,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	s.mu.Lock()
 	acts := s.core.Stop(buf[:0])
 	s.mu.Unlock()
-	s.exec(acts, inline)
+	s.exec(acts)
 	stopConsuming()
 	for _, c := range consumers {
 		_ = c.Cancel()
@@ -290,19 +270,66 @@ type shell struct {
 	timers map[workercore.ID]*clock.Timer
 }
 
-func inline(task func()) { task() }
+// pool is a subscription's handler goroutines. They live as long as the
+// subscription and take its deliveries from work; a new one starts only
+// when every one is busy, up to max of them. Each decodes its delivery
+// outside the shell's lock, hands it to the core, and carries out what the
+// core says on its own goroutine: decoding on the reader goroutine, under
+// the lock, cost a fifth of the throughput on two cores (BenchmarkConsume,
+// docs/worker-core.md).
+type pool struct {
+	s       *shell
+	queue   int
+	gen     workercore.Gen
+	work    chan Delivery
+	started int
+	max     int
+	wg      *sync.WaitGroup
+}
 
-// exec carries out acts in order. submit runs a task that may block for
-// long (a handler, or a publish started by a delivery) on a handler
-// goroutine; a handler goroutine's own follow-up actions run inline.
-func (s *shell) exec(acts []coreAction, submit func(func())) {
+func (p *pool) submit(d Delivery) {
+	select {
+	case p.work <- d:
+		return
+	default:
+	}
+	if p.started == p.max {
+		p.work <- d
+		return
+	}
+	p.started++
+	p.wg.Go(func() {
+		p.deliver(d)
+		for d := range p.work {
+			p.deliver(d)
+		}
+	})
+}
+
+// deliver hands d to the core and carries out what it says.
+func (p *pool) deliver(d Delivery) {
+	s := p.s
+	job, err := s.core.Decode(p.queue, d.Body())
+	var buf [2]coreAction
+	s.mu.Lock()
+	acts := s.core.DeliverDecoded(buf[:0], p.queue, p.gen, d, job, err)
+	s.mu.Unlock()
+	s.exec(acts)
+}
+
+// exec carries out acts in order, on the calling goroutine: a handler
+// goroutine's, or for the actions of stop, a timer and a lost
+// subscription, Run's or the clock's (those are never RunHandler or
+// Publish).
+func (s *shell) exec(acts []coreAction) {
 	log := s.w.cfg.Logger
-	for _, a := range acts {
+	for i := range acts {
+		a := &acts[i]
 		switch a.Kind {
 		case workercore.RunHandler:
-			submit(func() { s.handle(a) })
+			s.handle(a)
 		case workercore.Publish:
-			submit(func() { s.publish(a) })
+			s.publish(a)
 		case workercore.Ack:
 			if err := a.Msg.Ack(); err != nil {
 				// The broker redelivers it: at least once, never lost.
@@ -326,7 +353,7 @@ func (s *shell) exec(acts []coreAction, submit func(func())) {
 				delete(s.timers, id)
 				acts := s.core.TimerFired(buf[:0], id)
 				s.mu.Unlock()
-				s.exec(acts, inline)
+				s.exec(acts)
 			})
 			s.mu.Unlock()
 		case workercore.StopTimer:
@@ -345,7 +372,7 @@ func (s *shell) exec(acts []coreAction, submit func(func())) {
 
 // handle runs a job's handler (a *UnknownKindError when its kind has none)
 // and reports the result to the core.
-func (s *shell) handle(a coreAction) {
+func (s *shell) handle(a *coreAction) {
 	env := a.Job
 	s.w.mu.Lock()
 	h, ok := s.w.handlers[env.Kind]
@@ -356,17 +383,17 @@ func (s *shell) handle(a coreAction) {
 	} else {
 		result = s.w.runHandler(s.ctx, h, env, a.Msg.Priority())
 	}
-	u := s.w.draw()
+	dec, publish := s.core.Decide(a.Queue, env, result, s.w.draw())
 	var buf [2]coreAction
 	s.mu.Lock()
-	acts := s.core.HandlerDone(buf[:0], a.ID, result, u)
+	acts := s.core.HandlerDecided(buf[:0], a.ID, dec, publish)
 	s.mu.Unlock()
-	s.exec(acts, inline)
+	s.exec(acts)
 }
 
 // publish publishes a successor (or a malformed body), waits for its
 // confirm, and reports to the core.
-func (s *shell) publish(a coreAction) {
+func (s *shell) publish(a *coreAction) {
 	q := s.w.queues[a.Queue]
 	var err error
 	if a.Malformed {
@@ -381,7 +408,7 @@ func (s *shell) publish(a coreAction) {
 	s.mu.Lock()
 	acts := s.core.Published(buf[:0], a.ID, err)
 	s.mu.Unlock()
-	s.exec(acts, inline)
+	s.exec(acts)
 }
 
 // logDecision logs a job that was not simply acknowledged. Built only off

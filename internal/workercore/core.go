@@ -238,9 +238,22 @@ func (c *Core[M, J, D]) ConnectionLost(acts []Action[M, J, D], gen Gen) []Action
 	return c.maybeDone(acts)
 }
 
+// Decode is the rules' Decode: pure, and safe to call from any goroutine
+// at any time. A shell that serialises its calls into the core decodes
+// with it outside its lock, then calls DeliverDecoded.
+func (c *Core[M, J, D]) Decode(q int, body []byte) (J, error) { return c.rules.Decode(q, body) }
+
 // Deliver takes a delivery from queue q on connection gen. It answers
-// RunHandler, Publish (a malformed body), or Requeue (stopping).
+// RunHandler, Publish (a malformed body), Requeue (stopping), or Drop (gen
+// is lost).
 func (c *Core[M, J, D]) Deliver(acts []Action[M, J, D], q int, gen Gen, m M) []Action[M, J, D] {
+	job, err := c.Decode(q, m.Body())
+	return c.DeliverDecoded(acts, q, gen, m, job, err)
+}
+
+// DeliverDecoded is Deliver with m's body already decoded by Decode: job,
+// or the error that makes it malformed.
+func (c *Core[M, J, D]) DeliverDecoded(acts []Action[M, J, D], q int, gen Gen, m M, job J, err error) []Action[M, J, D] {
 	c.next++
 	e := c.newEntry()
 	e.id, e.queue, e.gen, e.msg = c.next, q, gen, m
@@ -257,7 +270,6 @@ func (c *Core[M, J, D]) Deliver(acts []Action[M, J, D], q int, gen Gen, m M) []A
 		c.recycle(e)
 		return append(acts, a)
 	}
-	job, err := c.rules.Decode(q, m.Body())
 	c.inflight[e.id] = e
 	if err != nil {
 		e.malformed, e.phase = true, phPublishing
@@ -273,16 +285,41 @@ func (c *Core[M, J, D]) Deliver(acts []Action[M, J, D], q int, gen Gen, m M) []A
 // draw in [0, 1) for the retry jitter. It answers Ack, Publish (the
 // successor), or Drop (the connection went meanwhile).
 func (c *Core[M, J, D]) HandlerDone(acts []Action[M, J, D], id ID, result error, u float64) []Action[M, J, D] {
+	e := c.running(id)
+	if e.lost {
+		return c.maybeDone(c.drop(acts, e))
+	}
+	dec, publish := c.Decide(e.queue, e.job, result, u)
+	return c.decided(acts, e, dec, publish)
+}
+
+// Decide is the rules' Decide: pure, and safe to call from any goroutine
+// at any time. A shell that serialises its calls into the core decides
+// with it outside its lock (the job and queue are its RunHandler action's),
+// then calls HandlerDecided.
+func (c *Core[M, J, D]) Decide(q int, job J, result error, u float64) (D, bool) {
+	return c.rules.Decide(q, job, result, u)
+}
+
+// HandlerDecided is HandlerDone with the decision already made by Decide.
+func (c *Core[M, J, D]) HandlerDecided(acts []Action[M, J, D], id ID, dec D, publish bool) []Action[M, J, D] {
+	e := c.running(id)
+	if e.lost {
+		return c.maybeDone(c.drop(acts, e))
+	}
+	return c.decided(acts, e, dec, publish)
+}
+
+func (c *Core[M, J, D]) running(id ID) *entry[M, J, D] {
 	e := c.inflight[id]
 	if e == nil || e.phase != phRunning {
 		panic(fmt.Sprintf("workercore: HandlerDone(%d) for a delivery whose handler is not running", id))
 	}
-	if e.lost {
-		return c.maybeDone(c.drop(acts, e))
-	}
-	dec, publish := c.rules.Decide(e.queue, e.job, result, u)
-	e.dec = dec
-	e.decided = true
+	return e
+}
+
+func (c *Core[M, J, D]) decided(acts []Action[M, J, D], e *entry[M, J, D], dec D, publish bool) []Action[M, J, D] {
+	e.dec, e.decided = dec, true
 	if !publish {
 		acts = append(acts, c.action(Ack, e))
 		c.settled(e)
