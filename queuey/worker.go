@@ -160,10 +160,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	s := &shell{w: w, ctx: handlerCtx, timers: map[workercore.ID]*clock.Timer{},
 		core: workercore.New[Delivery](workercore.Rules[Envelope, Decision](workerRules(w.queues)),
 			workercore.Config{RequeueDelay: w.cfg.RequeueDelay})}
-	// Subscription i is the core's generation i+1: it is lost on its own
-	// when the broker ends it.
+	// Each subscription's channels are generations of their own in the
+	// core (subGen): one is lost on its own when the broker ends it.
 	for i := range consumers {
-		s.core.ConnectionUp(workercore.Gen(i + 1))
+		s.core.ConnectionUp(subGen(i, 1))
 	}
 
 	// readers forward deliveries to the core; inflight counts the handler
@@ -177,22 +177,41 @@ func (w *Worker) Run(ctx context.Context) error {
 	ended := make(chan end, len(consumers))
 	for i, c := range consumers {
 		q := w.queues[i]
-		gen := workercore.Gen(i + 1)
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			// Handler goroutines live as long as the subscription and take
-			// the core's RunHandler and Publish actions from work; a new one
-			// starts only when every one is busy, up to q.Prefetch of them.
-			// Actions, not closures, go down the channel: a closure per job
-			// was an allocation of the action's size on every delivery
-			// (BenchmarkConsume, docs/worker-core.md).
-			p := &pool{s: s, queue: i, gen: gen, work: make(chan Delivery), max: q.Prefetch, wg: &inflight}
-			for d := range c.Deliveries() {
-				p.submit(d)
+			p := &pool{s: s, queue: i, work: make(chan Delivery), max: q.Prefetch, wg: &inflight}
+			// A consumer that resumes after its connection drops (a
+			// supervised rabbitmq backend's) says which channel it lost
+			// before it delivers anything from the next.
+			var lost <-chan uint64
+			if r, ok := c.(resumer); ok {
+				lost = r.Lost()
+			}
+			gen := uint64(1)
+			deliveries := c.Deliveries()
+		read:
+			for {
+				select {
+				case d, ok := <-deliveries:
+					if !ok {
+						break read
+					}
+					p.submit(d)
+				case g := <-lost:
+					gen = g + 1
+					var buf [8]coreAction
+					s.mu.Lock()
+					acts := s.core.ConnectionLost(buf[:0], subGen(i, g))
+					s.core.ConnectionUp(subGen(i, gen))
+					s.mu.Unlock()
+					w.cfg.Logger.Warn("queuey: a subscription lost its channel; jobs in hand are not settled, the broker redelivers them",
+						slog.String("queue", q.Name), slog.Uint64("gen", g))
+					s.exec(acts)
+				}
 			}
 			close(p.work)
-			ended <- end{gen, c.Err()}
+			ended <- end{subGen(i, gen), c.Err()}
 		}()
 	}
 
@@ -258,6 +277,24 @@ func (r workerRules) Decide(q int, env Envelope, result error, u float64) (Decis
 
 type coreAction = workercore.Action[Delivery, Envelope, Decision]
 
+// resumer is a Consumer that survives its connection dropping, as the
+// consumers of a supervised rabbitmq backend do: Lost yields the number of
+// each channel it lost, before any delivery of the next.
+type resumer interface {
+	Lost() <-chan uint64
+}
+
+// generational is a Delivery that says which of its consumer's channels
+// it came on (1 for a Consumer that never resumes).
+type generational interface {
+	Generation() uint64
+}
+
+// subGen is the core's generation for channel g of subscription i.
+func subGen(i int, g uint64) workercore.Gen {
+	return workercore.Gen(uint64(i+1)<<32 | g&(1<<32-1))
+}
+
 // shell carries out the core's actions for Run: handlers and publishes on
 // goroutines, RequeueDelay on the worker's clock. mu serialises the calls
 // into the core, which is not safe for concurrent use; actions run outside
@@ -280,7 +317,6 @@ type shell struct {
 type pool struct {
 	s       *shell
 	queue   int
-	gen     workercore.Gen
 	work    chan Delivery
 	started int
 	max     int
@@ -310,9 +346,13 @@ func (p *pool) submit(d Delivery) {
 func (p *pool) deliver(d Delivery) {
 	s := p.s
 	job, err := s.core.Decode(p.queue, d.Body())
+	gen := subGen(p.queue, 1)
+	if g, ok := d.(generational); ok {
+		gen = subGen(p.queue, g.Generation())
+	}
 	var buf [2]coreAction
 	s.mu.Lock()
-	acts := s.core.DeliverDecoded(buf[:0], p.queue, p.gen, d, job, err)
+	acts := s.core.DeliverDecoded(buf[:0], p.queue, gen, d, job, err)
 	s.mu.Unlock()
 	s.exec(acts)
 }

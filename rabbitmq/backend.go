@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +116,10 @@ var ErrPublishingBlocked = errors.New("rabbitmq: the broker is blocking publishe
 // A Backend is safe for concurrent use. Close releases its channels.
 type Backend struct {
 	open     func() (Channel, error)
+	sup      *supervisor // nil unless made by Connect: the caller owns the connection
+	// closeCtx ends when Close begins: waits for a reconnection end with it.
+	closeCtx    context.Context
+	cancelClose context.CancelFunc
 	top      Topology
 	skipDead bool
 	logger   *slog.Logger
@@ -182,6 +187,11 @@ func New(open func() (Channel, error), opts Options) (*Backend, error) {
 	if open == nil {
 		return nil, errors.New("rabbitmq: New: open is nil")
 	}
+	return newBackend(open, opts, nil)
+}
+
+// newBackend is New, supervised by sup if it is not nil.
+func newBackend(open func() (Channel, error), opts Options, sup *supervisor) (*Backend, error) {
 	if err := opts.Topology.Validate(); err != nil {
 		return nil, err
 	}
@@ -202,8 +212,12 @@ func New(open func() (Channel, error), opts Options) (*Backend, error) {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxMessageSize
 	}
+	closeCtx, cancelClose := context.WithCancel(context.Background())
 	b := &Backend{
-		open:      open,
+		open:        open,
+		sup:         sup,
+		closeCtx:    closeCtx,
+		cancelClose: cancelClose,
 		top:       opts.Topology.WithDefaults(),
 		skipDead:  opts.SkipDeadLetterQueues,
 		logger:    logger,
@@ -268,8 +282,11 @@ func (b *Backend) supervise(p *Publisher) {
 		<-p.Done()
 		cause := p.Err()
 		var next *Publisher
-		if channelException(cause) {
+		switch {
+		case channelException(cause):
 			next = b.reopen(cause)
+		case b.sup != nil:
+			next = b.reconnected(cause)
 		}
 		b.pubMu.Lock()
 		if next != nil && b.closing {
@@ -289,6 +306,51 @@ func (b *Backend) supervise(p *Publisher) {
 		b.pubMu.Unlock()
 		p = next
 	}
+}
+
+// reconnected waits for the supervisor's next connection and opens the
+// publishing channel on it; nil once the backend is closing or the
+// supervision has failed.
+func (b *Backend) reconnected(cause error) *Publisher {
+	var gen uint64
+	for {
+		var err error
+		if gen, err = b.sup.await(b.closeCtx, gen); err != nil {
+			return nil
+		}
+		ch, err := b.open()
+		if err != nil {
+			continue // gone again: await the next one
+		}
+		p, err := NewPublisher(ch, b.logger)
+		if err != nil {
+			_ = ch.Close()
+			continue
+		}
+		b.logger.Info("rabbitmq: publishing resumed on the new connection", "gen", gen, "cause", cause)
+		return p
+	}
+}
+
+// redeclare declares every queue declared through the backend on conn, a
+// new connection, before it is in use: a queue that vanished with the
+// broker's restart (a transient one, or all of them after a node was
+// reset) is back before anything is published or consumed. A refusal ends
+// the supervision: another declaration of the queue exists.
+func (b *Backend) redeclare(conn Conn) error {
+	b.mu.Lock()
+	queues := make([]queuey.QueueConfig, 0, len(b.declared))
+	for _, q := range b.declared {
+		queues = append(queues, q)
+	}
+	b.mu.Unlock()
+	slices.SortFunc(queues, func(x, y queuey.QueueConfig) int { return strings.Compare(x.Name, y.Name) })
+	for _, q := range queues {
+		if _, err := b.declareOn(conn.Channel, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // channelException reports whether err is the broker closing one channel
@@ -346,20 +408,38 @@ func (b *Backend) publish(ctx context.Context, queue string, msg amqp.Publishing
 		if errors.Is(err, queuey.ErrMaybeEnqueued) || (err != nil && ctx.Err() != nil) {
 			return b.whileBlocked(err)
 		}
-		if err == nil || !errors.Is(err, ErrPublisherClosed) || !channelException(err) {
+		// A publish that found the channel closed was never sent: it waits
+		// for the fresh channel, after a channel exception or, supervised,
+		// a reconnection.
+		if err == nil || !errors.Is(err, ErrPublisherClosed) || !(channelException(err) || b.sup != nil) {
 			return err
 		}
 		select {
 		case <-swapped:
+		case <-b.done:
 		case <-ctx.Done():
+			if b.sup != nil {
+				return fmt.Errorf("rabbitmq: publish to queue %q: %w; it was not sent: %w", queue, ErrDisconnected, ctx.Err())
+			}
 			return err
 		}
 		select {
 		case <-b.done:
-			return err
+			return b.endedErr(err)
 		default:
 		}
 	}
+}
+
+// endedErr is the error of a publish that found the backend unable to
+// publish for good: err, or the supervised connection's failure.
+func (b *Backend) endedErr(err error) error {
+	if b.sup != nil {
+		if _, _, supErr := b.sup.current(); supErr != nil && !errors.Is(supErr, ErrDisconnected) {
+			return fmt.Errorf("%w (%w)", supErr, err)
+		}
+	}
+	return err
 }
 
 // Topology returns the topology the backend runs with, defaults filled in.
@@ -404,7 +484,7 @@ func (b *Backend) Declare(ctx context.Context, queues ...queuey.QueueConfig) err
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		refused, err := b.declare(q)
+		refused, err := b.declare(ctx, q)
 		if err != nil && !refused {
 			return errors.Join(append(errs, err)...)
 		}
@@ -422,8 +502,15 @@ func (b *Backend) Declare(ctx context.Context, queues ...queuey.QueueConfig) err
 // declare declares one queue and its dead-letter queue on a throwaway
 // channel. refused reports whether the broker refused a declaration (as
 // opposed to the channel not opening).
-func (b *Backend) declare(q queuey.QueueConfig) (refused bool, err error) {
-	ch, err := b.openChannel("declaring queue " + strconv.Quote(q.Name))
+func (b *Backend) declare(ctx context.Context, q queuey.QueueConfig) (refused bool, err error) {
+	return b.declareOn(func() (Channel, error) {
+		return b.openChannel(ctx, "declaring queue "+strconv.Quote(q.Name))
+	}, q)
+}
+
+// declareOn is declare on a throwaway channel open returns.
+func (b *Backend) declareOn(open func() (Channel, error), q queuey.QueueConfig) (refused bool, err error) {
+	ch, err := open()
 	if err != nil {
 		return false, err
 	}
@@ -586,7 +673,7 @@ func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (str
 	}
 	name, args := decl.name, decl.args
 	if b.hold == nil || b.hold.IsClosed() {
-		ch, err := b.openChannel("hold queue declarations")
+		ch, err := b.openChannel(ctx, "hold queue declarations")
 		if err != nil {
 			return "", fmt.Errorf("rabbitmq: hold queue %q: %w", name, err)
 		}
@@ -690,7 +777,7 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queu
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ch, err := b.openChannel("consuming queue " + strconv.Quote(queue))
+	ch, err := b.openChannel(ctx, "consuming queue "+strconv.Quote(queue))
 	if err != nil {
 		return nil, err
 	}
@@ -706,16 +793,19 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queu
 		return nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, err)
 	}
 	c := &consumer{
-		b:       b,
-		ch:      ch,
-		queue:   queue,
-		tag:     tag,
-		in:      in,
-		closes:  closes,
-		out:     make(chan queuey.Delivery),
-		closing: make(chan struct{}),
-		done:    make(chan struct{}),
+		b:        b,
+		ch:       ch,
+		queue:    queue,
+		tag:      tag,
+		prefetch: prefetch,
+		gen:      1,
+		in:       in,
+		closes:   closes,
+		out:      make(chan queuey.Delivery),
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
 	}
+	c.ctx, c.cancelCtx = context.WithCancel(context.Background())
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -768,8 +858,12 @@ func (b *Backend) Close() error {
 		b.closing = true
 		p := b.pub
 		b.pubMu.Unlock()
+		b.cancelClose()
 		errs = append(errs, p.Close())
 		<-b.done // supervise has seen it, and opens no other
+		if b.sup != nil {
+			b.sup.close() // and the connection, which the backend owns
+		}
 		b.closeErr = errors.Join(errs...)
 	})
 	return b.closeErr
@@ -794,7 +888,19 @@ func (b *Backend) isDeclared(queue string) bool {
 // openChannel opens a channel for purpose. When the connection is gone,
 // the error wraps the client library's (amqp.ErrClosed) and, if the
 // publishing channel learned why before, the broker's *amqp.Error.
-func (b *Backend) openChannel(purpose string) (Channel, error) {
+func (b *Backend) openChannel(ctx context.Context, purpose string) (Channel, error) {
+	if b.sup != nil {
+		var gen uint64
+		for {
+			var err error
+			if gen, err = b.sup.await(ctx, gen); err != nil {
+				return nil, fmt.Errorf("rabbitmq: opening a channel for %s: %w", purpose, err)
+			}
+			if ch, err := b.open(); err == nil {
+				return ch, nil
+			}
+		}
+	}
 	ch, err := b.open()
 	if err == nil {
 		return ch, nil
@@ -824,13 +930,18 @@ func checkShortName(queue string) error {
 // consumer is one subscription: a channel of its own, and the goroutine
 // forwarding its deliveries.
 type consumer struct {
-	b      *Backend
-	ch     Channel
-	queue  string
-	tag    string
+	b        *Backend
+	queue    string
+	tag      string
+	prefetch int
+	// in and closes are the current channel's; only forward touches them.
 	in     <-chan amqp.Delivery
 	closes chan *amqp.Error
 	out    chan queuey.Delivery
+	// ctx ends at Close: a resubscription waiting for the connection
+	// gives up.
+	ctx       context.Context
+	cancelCtx context.CancelFunc
 
 	cancelled atomic.Bool   // Cancel or Close was called: the end is ours
 	closing   chan struct{} // closed by Close
@@ -838,8 +949,33 @@ type consumer struct {
 	closeErr  error
 	done      chan struct{} // closed when forward has returned (after out)
 
-	mu  sync.Mutex
-	err error // why out was closed; set before it is
+	mu   sync.Mutex
+	ch   Channel     // the current channel: replaced when a supervised consumer resumes
+	gen  uint64      // ch's number, from 1
+	lost chan uint64 // made by Lost; receives gen when ch is lost
+	err  error       // why out was closed; set before it is
+}
+
+// channel returns the consumer's current channel.
+func (c *consumer) channel() Channel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ch
+}
+
+// Lost yields the generation of each channel the subscription loses
+// before it resumes on a fresh one, which only a supervised backend's
+// consumers do (see Connect): every delivery made on a lost channel can no
+// longer be settled, since the broker has requeued it. The generation is
+// sent before any delivery of the next one, and the subscription waits
+// for it to be received. Without a call to Lost, nothing is sent.
+func (c *consumer) Lost() <-chan uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost == nil {
+		c.lost = make(chan uint64)
+	}
+	return c.lost
 }
 
 var _ queuey.Consumer = (*consumer)(nil)
@@ -870,8 +1006,9 @@ func (c *consumer) Cancel() error {
 		return nil
 	default:
 	}
-	if err := c.ch.Cancel(c.tag, false); err != nil {
-		if c.ch.IsClosed() {
+	ch := c.channel()
+	if err := ch.Cancel(c.tag, false); err != nil {
+		if ch.IsClosed() {
 			return nil // ended anyway; Err says why
 		}
 		return fmt.Errorf("rabbitmq: cancel consumer %s on queue %q: %w", c.tag, c.queue, err)
@@ -887,7 +1024,8 @@ func (c *consumer) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancelled.Store(true)
 		close(c.closing)
-		c.closeErr = c.ch.Close()
+		c.cancelCtx()
+		c.closeErr = c.channel().Close()
 		<-c.done
 		c.b.mu.Lock()
 		delete(c.b.consumers, c)
@@ -903,9 +1041,24 @@ func (c *consumer) Close() error {
 // forward hands deliveries to out until the subscription ends, then
 // records why and closes out.
 func (c *consumer) forward() {
-	err := c.pump()
-	if err != nil && c.cancelled.Load() {
-		err = nil // our own Cancel or Close raced the broker's end
+	var err error
+	for {
+		err = c.pump()
+		if err != nil && c.cancelled.Load() {
+			err = nil // our own Cancel or Close raced the broker's end
+		}
+		if err == nil || c.b.sup == nil || !c.channel().IsClosed() {
+			break // ours, unsupervised, or the broker cancelled the consumer
+		}
+		c.b.logger.Warn("rabbitmq: consumer lost its channel: resuming on a fresh one",
+			"queue", c.queue, "consumer_tag", c.tag, "gen", c.gen, "error", err.Error())
+		if !c.notifyLost() {
+			err = nil // closed meanwhile
+			break
+		}
+		if err = c.resubscribe(); err != nil || c.cancelled.Load() {
+			break
+		}
 	}
 	if err != nil {
 		c.b.logger.Warn("rabbitmq: consumer ended by the broker", "queue", c.queue, "consumer_tag", c.tag, "error", err)
@@ -915,6 +1068,74 @@ func (c *consumer) forward() {
 	c.mu.Unlock()
 	close(c.out)
 	close(c.done)
+}
+
+// notifyLost tells Lost's receiver that the current channel is lost; false
+// if the consumer was closed first.
+func (c *consumer) notifyLost() bool {
+	c.mu.Lock()
+	lost, gen := c.lost, c.gen
+	c.mu.Unlock()
+	if lost == nil {
+		return true
+	}
+	select {
+	case lost <- gen:
+		return true
+	case <-c.closing:
+		return false
+	}
+}
+
+// resubscribe consumes the queue again on a fresh channel, once the
+// supervisor has a connection: nil once it does (or the consumer was
+// cancelled or closed meanwhile); an error for a refusal retrying cannot
+// fix (the queue is gone, access refused) or the supervision's end.
+func (c *consumer) resubscribe() error {
+	for {
+		if c.cancelled.Load() {
+			return nil
+		}
+		ch, err := c.b.openChannel(c.ctx, "consuming queue "+strconv.Quote(c.queue))
+		if err != nil {
+			if c.cancelled.Load() {
+				return nil
+			}
+			return fmt.Errorf("rabbitmq: consumer %s on queue %q: resuming: %w", c.tag, c.queue, err)
+		}
+		in, closes, err := c.subscribe(ch)
+		if err != nil {
+			_ = ch.Close()
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Server {
+				return fmt.Errorf("rabbitmq: consumer %s on queue %q: resuming: %w", c.tag, c.queue, err)
+			}
+			continue // the connection went again
+		}
+		c.mu.Lock()
+		c.ch, c.in, c.closes = ch, in, closes
+		c.gen++
+		gen := c.gen
+		c.mu.Unlock()
+		if c.cancelled.Load() { // Cancel or Close came while it was down
+			_ = ch.Cancel(c.tag, false)
+		}
+		c.b.logger.Info("rabbitmq: consumer resumed", "queue", c.queue, "consumer_tag", c.tag, "gen", gen)
+		return nil
+	}
+}
+
+// subscribe sets ch up as Consume does.
+func (c *consumer) subscribe(ch Channel) (<-chan amqp.Delivery, chan *amqp.Error, error) {
+	if err := ch.Qos(c.prefetch, 0, false); err != nil {
+		return nil, nil, err
+	}
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	in, err := ch.Consume(c.queue, c.tag, false, false, false, false, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return in, closes, nil
 }
 
 // pump forwards deliveries and returns why it stopped: nil for our own
@@ -931,7 +1152,7 @@ func (c *consumer) pump() error {
 				return c.inClosed()
 			}
 			select {
-			case c.out <- &delivery{d: d, c: c}:
+			case c.out <- &delivery{d: d, c: c, gen: c.gen}:
 			case <-c.closing:
 				return nil // not handed out: requeued as the channel closes
 			case e, ok := <-c.closes:
@@ -948,7 +1169,7 @@ func (c *consumer) pump() error {
 // the consumer.
 func (c *consumer) inClosed() error {
 	switch {
-	case c.ch.IsClosed():
+	case c.channel().IsClosed():
 		e, ok := <-c.closes
 		return c.closedErr(e, ok)
 	case c.cancelled.Load():
@@ -974,8 +1195,13 @@ func (c *consumer) closedErr(e *amqp.Error, ok bool) error {
 type delivery struct {
 	d    amqp.Delivery
 	c    *consumer
+	gen  uint64      // the consumer's channel it came on
 	done atomic.Bool // settled
 }
+
+// Generation is the number of the consumer's channel the delivery came on:
+// 1, then one more each time a supervised consumer resumes (see Lost).
+func (d *delivery) Generation() uint64 { return d.gen }
 
 var _ queuey.Delivery = (*delivery)(nil)
 

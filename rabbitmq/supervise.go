@@ -1,0 +1,563 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Conn is a connection a supervised Backend dials (see Connect): what it
+// needs of an *amqp091.Connection or a *membroker.Connection, adapted by
+// AdaptConn.
+type Conn interface {
+	Channel() (Channel, error)
+	NotifyClose(receiver chan *amqp.Error) chan *amqp.Error
+	IsClosed() bool
+	Close() error
+}
+
+// connLike is a connection whose Channel method returns a concrete channel
+// type.
+type connLike[C Channel] interface {
+	Channel() (C, error)
+	NotifyClose(receiver chan *amqp.Error) chan *amqp.Error
+	IsClosed() bool
+	Close() error
+}
+
+// AdaptConn makes a Conn of an *amqp091.Connection or a
+// *membroker.Connection:
+//
+//	rabbitmq.AdaptConn[*amqp.Channel](conn)
+//	rabbitmq.AdaptConn[*membroker.Channel](broker.Dial())
+func AdaptConn[C Channel, K connLike[C]](k K) Conn { return adapted[C, K]{k} }
+
+type adapted[C Channel, K connLike[C]] struct{ k K }
+
+func (a adapted[C, K]) Channel() (Channel, error) {
+	ch, err := a.k.Channel()
+	if err != nil {
+		return nil, err // never a typed nil in the interface
+	}
+	return ch, nil
+}
+func (a adapted[C, K]) NotifyClose(r chan *amqp.Error) chan *amqp.Error { return a.k.NotifyClose(r) }
+func (a adapted[C, K]) IsClosed() bool                                  { return a.k.IsClosed() }
+func (a adapted[C, K]) Close() error                                    { return a.k.Close() }
+
+// Dialer opens a connection to url. It should give up when ctx ends.
+type Dialer func(ctx context.Context, url string) (Conn, error)
+
+// DefaultDialTimeout bounds DialAMQP's TCP connection and AMQP handshake.
+const DefaultDialTimeout = 30 * time.Second
+
+// DialAMQP is the Dialer of amqp091 with cfg (its zero value is amqp091's
+// defaults: a heartbeat every 10 s, locale en_US). Unless cfg.Dial is set,
+// the TCP connection honours ctx and the connection and handshake are
+// bounded by DefaultDialTimeout.
+func DialAMQP(cfg amqp.Config) Dialer {
+	return func(ctx context.Context, url string) (Conn, error) {
+		c := cfg
+		if c.Dial == nil {
+			c.Dial = func(network, addr string) (net.Conn, error) {
+				d := net.Dialer{Timeout: DefaultDialTimeout}
+				conn, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				// amqp091 clears the deadline once the handshake is done.
+				if err := conn.SetDeadline(time.Now().Add(DefaultDialTimeout)); err != nil {
+					_ = conn.Close()
+					return nil, err
+				}
+				return conn, nil
+			}
+		}
+		conn, err := amqp.DialConfig(url, c)
+		if err != nil {
+			return nil, err
+		}
+		return AdaptConn[*amqp.Channel](conn), nil
+	}
+}
+
+// Backoff is the wait before each attempt to reconnect: exponential with
+// full jitter, a uniform draw in [0, min(Max, Initial × 2^(n−1))) before
+// attempt n. Full jitter spreads the reconnections of many processes that
+// lost the same broker at once.
+type Backoff struct {
+	// Initial bounds the wait before the first attempt. Defaults to
+	// DefaultBackoffInitial, 100 ms.
+	Initial time.Duration
+	// Max caps every wait. Defaults to DefaultBackoffMax, 30 s.
+	Max time.Duration
+}
+
+// The defaults of Backoff.
+const (
+	DefaultBackoffInitial = 100 * time.Millisecond
+	DefaultBackoffMax     = 30 * time.Second
+)
+
+// WithDefaults fills in the zero fields.
+func (b Backoff) WithDefaults() Backoff {
+	if b.Initial <= 0 {
+		b.Initial = DefaultBackoffInitial
+	}
+	if b.Max <= 0 {
+		b.Max = DefaultBackoffMax
+	}
+	return b
+}
+
+// Delay is the wait before attempt n (from 1), given u, a uniform draw in
+// [0, 1).
+func (b Backoff) Delay(n int, u float64) time.Duration {
+	b = b.WithDefaults()
+	bound := b.Max
+	if n < 1 {
+		n = 1
+	}
+	if n-1 < 62 {
+		if d := b.Initial << (n - 1); d > 0 && d < bound {
+			bound = d
+		}
+	}
+	return time.Duration(u * float64(bound))
+}
+
+// ConnState is a supervised connection's state.
+type ConnState int
+
+const (
+	// StateConnecting: an attempt to dial URL is starting.
+	StateConnecting ConnState = iota + 1
+	// StateConnected: connection Gen is up, the queues declared before are
+	// declared again on it, and publishing and consuming resume.
+	StateConnected
+	// StateDisconnected: connection Gen is gone; Err says why. Publishes
+	// wait for the next connection, within their context.
+	StateDisconnected
+	// StateFailed: the broker refused something that retrying cannot fix
+	// (Err): access refused, or a queue declared again finds another
+	// declaration. The backend stops: publishes fail and consumers end
+	// with the error.
+	StateFailed
+	// StateClosed: Close was called.
+	StateClosed
+)
+
+func (s ConnState) String() string {
+	switch s {
+	case StateConnecting:
+		return "connecting"
+	case StateConnected:
+		return "connected"
+	case StateDisconnected:
+		return "disconnected"
+	case StateFailed:
+		return "failed"
+	case StateClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("ConnState(%d)", int(s))
+}
+
+// ConnEvent is one change of a supervised connection's state.
+type ConnEvent struct {
+	State ConnState
+	// URL is the node dialled (Connecting, Connected), its password
+	// redacted.
+	URL string
+	// Gen numbers the connections, from 1 (Connected, Disconnected).
+	Gen uint64
+	// Attempt counts the dial attempts since the last connection went
+	// (Connecting), from 1.
+	Attempt int
+	// Delay is the backoff waited before this attempt (Connecting).
+	Delay time.Duration
+	// Err says why (Disconnected, Failed, and Connecting after a failed
+	// attempt: the previous attempt's error). Its text names no password.
+	Err error
+}
+
+// ConnectOptions configure Connect.
+type ConnectOptions struct {
+	// URLs are the nodes to dial, tried in turn, one per attempt: the nodes
+	// of a cluster, or one broker. At least one is required.
+	URLs []string
+	// Dial opens a connection. Defaults to DialAMQP(amqp.Config{}).
+	Dial Dialer
+	// Backoff times the attempts to reconnect. Its fields document their
+	// defaults.
+	Backoff Backoff
+	// OnState, if set, is called with every change of state, in order, on
+	// the supervisor's goroutine: it must return promptly. The changes are
+	// logged too (Options.Logger): connected at INFO, disconnected and
+	// failed attempts at WARN, failed at ERROR.
+	OnState func(ConnEvent)
+	// Rand draws the uniform numbers in [0, 1) for the backoff's jitter.
+	// Defaults to math/rand/v2's Float64.
+	Rand func() float64
+}
+
+// ErrDisconnected is wrapped by the error of an operation that needed the
+// connection while it was down and could not wait for it.
+var ErrDisconnected = errors.New("rabbitmq: the connection is down, reconnecting")
+
+// ErrConnectionFailed is wrapped by the errors of a supervised backend that
+// has stopped reconnecting (StateFailed), with the broker's refusal.
+var ErrConnectionFailed = errors.New("rabbitmq: the connection failed for good")
+
+// Connect returns a Backend that owns its connection and keeps it up: it
+// dials opts.URLs in turn until one answers, within ctx, and whenever the
+// connection drops, dials again with copts.Backoff, declares again the
+// queues declared before, reopens the publishing channel, and resumes every
+// consumer on a fresh channel. Its state changes are logged and reported to
+// copts.OnState.
+//
+// While the connection is down, Publish, DeadLetter and Declare wait for it
+// within their context. A publish that was on the wire when it dropped is
+// not republished: its error wraps queuey.ErrMaybeEnqueued. A consumer's
+// Deliveries stays open across a reconnection, and deliveries made on the
+// lost connection can no longer be settled: queuey.Worker drops their
+// outcomes (the broker has requeued them).
+//
+// Refusals that retrying cannot fix end the supervision (StateFailed):
+// access refused or a virtual host that does not exist when dialling, and a
+// queue that, declared again, exists with other arguments. Close closes the
+// connection.
+func Connect(ctx context.Context, copts ConnectOptions, opts Options) (*Backend, error) {
+	if len(copts.URLs) == 0 {
+		return nil, errors.New("rabbitmq: Connect: no URLs")
+	}
+	if copts.Dial == nil {
+		for i, u := range copts.URLs {
+			if _, err := amqp.ParseURI(u); err != nil {
+				return nil, fmt.Errorf("rabbitmq: Connect: URL %d (%s): %w", i+1, Redact(u), redactErr(err, u))
+			}
+		}
+		copts.Dial = DialAMQP(amqp.Config{})
+	}
+	if copts.Rand == nil {
+		copts.Rand = rand.Float64
+	}
+	copts.Backoff = copts.Backoff.WithDefaults()
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &supervisor{opts: copts, logger: logger, up: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	if err := s.dialFirst(ctx); err != nil {
+		return nil, err
+	}
+	b, err := newBackend(s.open, opts, s)
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.mu.Lock()
+	s.redeclare = b.redeclare
+	s.running = true
+	s.mu.Unlock()
+	go s.run()
+	return b, nil
+}
+
+// supervisor keeps a Backend's connection up.
+type supervisor struct {
+	opts      ConnectOptions
+	logger    *slog.Logger
+	redeclare func(Conn) error // set before run starts
+
+	mu      sync.Mutex
+	conn    Conn          // nil while down
+	gen     uint64        // of conn, or of the last one
+	url     string        // conn's, redacted
+	up      chan struct{} // closed while conn is up; replaced when it goes
+	down    chan struct{} // closed when conn goes; replaced when one is up
+	closes  chan *amqp.Error
+	failed  error // StateFailed's error; the supervision is over
+	next    int   // the URL the next attempt dials
+	running bool  // run has started
+
+	stop     chan struct{} // closed by close
+	stopOnce sync.Once
+	done     chan struct{} // closed when run has returned
+}
+
+// open opens a channel on the connection, without waiting for it.
+func (s *supervisor) open() (Channel, error) {
+	conn, _, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	return conn.Channel()
+}
+
+// await waits until a connection other than notGen is up (0: any), and
+// returns its generation; an error if ctx ends first or the supervision is
+// over. A caller whose channel would not open on connection g awaits g:
+// run has yet to notice that it is gone.
+func (s *supervisor) await(ctx context.Context, notGen uint64) (uint64, error) {
+	for {
+		s.mu.Lock()
+		up, down, cur, failed := s.up, s.down, s.gen, s.failed
+		live := s.conn != nil
+		s.mu.Unlock()
+		switch {
+		case failed != nil:
+			return 0, failed
+		case live && cur != notGen:
+			return cur, nil
+		}
+		wait := up
+		if live {
+			wait = down
+		}
+		select {
+		case <-wait:
+		case <-s.stop:
+			return 0, ErrBackendClosed
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w: %w", ErrDisconnected, ctx.Err())
+		}
+	}
+}
+
+// current returns the connection and its generation, without waiting.
+func (s *supervisor) current() (Conn, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.failed != nil:
+		return nil, 0, s.failed
+	case s.conn == nil:
+		return nil, 0, ErrDisconnected
+	}
+	return s.conn, s.gen, nil
+}
+
+// dialFirst dials until a connection is up, within ctx.
+func (s *supervisor) dialFirst(ctx context.Context) error {
+	conn, err := s.dial(ctx, nil)
+	if err != nil {
+		return err
+	}
+	s.setUp(conn)
+	return nil
+}
+
+// dial tries the URLs in turn, waiting the backoff before each attempt
+// after the first of a reconnection (first is false), until one answers
+// (and, on a reconnection, the queues are declared again on it).
+func (s *supervisor) dial(ctx context.Context, lost error) (Conn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	prev := lost
+	for attempt := 1; ; attempt++ {
+		var delay time.Duration
+		if lost != nil || attempt > 1 {
+			delay = s.opts.Backoff.Delay(attempt, s.opts.Rand())
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, s.giveUp(ctx, prev)
+			}
+		}
+		raw := s.opts.URLs[s.next%len(s.opts.URLs)]
+		s.next++
+		shown := Redact(raw)
+		s.report(ConnEvent{State: StateConnecting, URL: shown, Attempt: attempt, Delay: delay, Err: prev})
+		conn, err := s.opts.Dial(ctx, raw)
+		s.mu.Lock()
+		redeclare := s.redeclare
+		s.mu.Unlock()
+		if err == nil && redeclare != nil {
+			if err = redeclare(conn); err != nil {
+				_ = conn.Close()
+			}
+		}
+		if err == nil {
+			s.mu.Lock()
+			s.url = shown
+			s.mu.Unlock()
+			return conn, nil
+		}
+		err = redactErr(err, raw)
+		if fatal(err) {
+			err = fmt.Errorf("%w: %s: %w", ErrConnectionFailed, shown, err)
+			s.fail(err)
+			return nil, err
+		}
+		s.logger.Warn("rabbitmq: could not connect", "url", shown, "attempt", attempt, "error", err.Error())
+		prev = fmt.Errorf("%s: %w", shown, err)
+		if ctx.Err() != nil {
+			return nil, s.giveUp(ctx, prev)
+		}
+	}
+}
+
+func (s *supervisor) giveUp(ctx context.Context, last error) error {
+	select {
+	case <-s.stop:
+		return ErrBackendClosed
+	default:
+	}
+	if last == nil {
+		return fmt.Errorf("rabbitmq: connecting: %w", ctx.Err())
+	}
+	return fmt.Errorf("rabbitmq: connecting: %w (last attempt: %w)", ctx.Err(), last)
+}
+
+// fatal reports whether a dial or declaration error is one retrying cannot
+// fix: access refused, a virtual host that does not exist, or a queue
+// declared with other arguments.
+func fatal(err error) bool {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case amqp.AccessRefused, amqp.NotAllowed, amqp.PreconditionFailed:
+			return true
+		}
+	}
+	return false
+}
+
+// setUp makes conn the current connection.
+func (s *supervisor) setUp(conn Conn) {
+	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
+	s.mu.Lock()
+	s.conn, s.closes = conn, closes
+	s.gen++
+	gen, shown := s.gen, s.url
+	close(s.up)
+	s.down = make(chan struct{})
+	s.mu.Unlock()
+	s.logger.Info("rabbitmq: connected", "url", shown, "gen", gen)
+	s.report(ConnEvent{State: StateConnected, URL: shown, Gen: gen})
+}
+
+// run waits for the connection to drop, and reconnects, until close or a
+// failure.
+func (s *supervisor) run() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		closes, conn, gen := s.closes, s.conn, s.gen
+		s.mu.Unlock()
+		var cause error = amqp.ErrClosed
+		select {
+		case e, ok := <-closes:
+			if ok && e != nil {
+				cause = e
+			}
+		case <-s.stop:
+			_ = conn.Close()
+			s.report(ConnEvent{State: StateClosed, Gen: gen})
+			return
+		}
+		s.mu.Lock()
+		s.conn = nil
+		s.up = make(chan struct{})
+		close(s.down)
+		s.mu.Unlock()
+		s.logger.Warn("rabbitmq: connection lost: reconnecting", "gen", gen, "error", cause.Error())
+		s.report(ConnEvent{State: StateDisconnected, Gen: gen, Err: cause})
+		next, err := s.dial(context.Background(), cause)
+		if err != nil {
+			if errors.Is(err, ErrBackendClosed) {
+				s.report(ConnEvent{State: StateClosed, Gen: gen})
+			}
+			return
+		}
+		s.setUp(next)
+	}
+}
+
+// fail ends the supervision with err.
+func (s *supervisor) fail(err error) {
+	s.mu.Lock()
+	s.failed = err
+	close(s.up) // wakes every await, which sees failed
+	s.mu.Unlock()
+	s.logger.Error("rabbitmq: connection failed for good", "error", err.Error())
+	s.report(ConnEvent{State: StateFailed, Err: err})
+}
+
+func (s *supervisor) report(e ConnEvent) {
+	if s.opts.OnState != nil {
+		s.opts.OnState(e)
+	}
+}
+
+// close stops the supervision and closes the connection.
+func (s *supervisor) close() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.mu.Lock()
+	conn := s.conn
+	running := s.running
+	s.mu.Unlock()
+	if running {
+		<-s.done
+		return
+	}
+	if conn != nil { // Connect failed after the first dial
+		_ = conn.Close()
+	}
+}
+
+// Redact returns rawURL with its password, if any, replaced by "xxxxx". A
+// URL that does not parse is replaced whole, since it may hold a password
+// where the parser cannot find it.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
+}
+
+// redactErr removes raw's password from err's text, if it is there.
+func redactErr(err error, raw string) error {
+	u, perr := url.Parse(raw)
+	if perr != nil || u.User == nil {
+		return err
+	}
+	pw, ok := u.User.Password()
+	if !ok || pw == "" {
+		return err
+	}
+	if msg := err.Error(); strings.Contains(msg, pw) {
+		return redactedError{msg: strings.ReplaceAll(msg, pw, "xxxxx"), err: err}
+	}
+	return err
+}
+
+// redactedError is an error whose text hides a password; errors.Is and As
+// still see the original.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }

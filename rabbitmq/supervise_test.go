@@ -1,0 +1,467 @@
+package rabbitmq
+
+// The supervised connection (Connect), on membroker inside testing/synctest
+// bubbles: the broker, the supervisor and its backoff all run on the
+// bubble's clock, so reconnection timings are exact and nothing polls.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// secretURL is the URL the tests dial: its password must never show.
+const secretURL = "amqp://queuey:s3cr3t-pw@node-a:5672/"
+
+// memNet is membroker behind a Dialer that can be taken down: while down,
+// every dial fails as a refused TCP connection would.
+type memNet struct {
+	broker *membroker.Broker
+	mu     sync.Mutex
+	down   bool
+	dials  []time.Time // when each dial was attempted
+	urls   []string    // what each dial was given
+	conns  []*membroker.Connection
+	refuse error // if set, every dial fails with it
+}
+
+func (n *memNet) dial(ctx context.Context, url string) (Conn, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.dials = append(n.dials, time.Now())
+	n.urls = append(n.urls, url)
+	switch {
+	case n.refuse != nil:
+		return nil, n.refuse
+	case n.down:
+		return nil, fmt.Errorf("dial tcp %s: connect: connection refused", url) // as net does: with the URL's host
+	}
+	c, err := n.broker.Dial()
+	if err != nil {
+		return nil, err
+	}
+	n.conns = append(n.conns, c)
+	return AdaptConn[*membroker.Channel](c), nil
+}
+
+func (n *memNet) setDown(down bool) {
+	n.mu.Lock()
+	n.down = down
+	n.mu.Unlock()
+}
+
+// drop closes the current connection from the broker's side.
+func (n *memNet) drop() {
+	n.mu.Lock()
+	c := n.conns[len(n.conns)-1]
+	n.mu.Unlock()
+	n.broker.CloseConnection(c, &amqp.Error{Code: amqp.ConnectionForced, Reason: "CONNECTION_FORCED - closed via management plugin", Server: true})
+}
+
+// states records OnState's events.
+type states struct {
+	mu sync.Mutex
+	ev []ConnEvent
+}
+
+func (s *states) add(e ConnEvent) {
+	s.mu.Lock()
+	s.ev = append(s.ev, e)
+	s.mu.Unlock()
+}
+
+func (s *states) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var parts []string
+	for _, e := range s.ev {
+		p := e.State.String()
+		switch e.State {
+		case StateConnecting:
+			p += fmt.Sprintf("(%d %s after %s)", e.Attempt, e.URL, e.Delay)
+		case StateConnected, StateDisconnected:
+			p += fmt.Sprintf("(%d)", e.Gen)
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, " ")
+}
+
+// supervised is a supervised backend on membroker, with the queue "jobs"
+// declared, its states and its logs.
+type supervised struct {
+	net    *memNet
+	b      *Backend
+	states *states
+	logs   *backendLogBuffer
+	admin  *membroker.Channel
+}
+
+func newSupervised(t *testing.T, backoff Backoff, urls ...string) *supervised {
+	t.Helper()
+	if len(urls) == 0 {
+		urls = []string{secretURL}
+	}
+	s := &supervised{net: &memNet{broker: membroker.New(membroker.Config{Version: membroker.RabbitMQ40})}, states: &states{}, logs: &backendLogBuffer{}}
+	b, err := Connect(t.Context(), ConnectOptions{
+		URLs: urls, Dial: s.net.dial, Backoff: backoff, OnState: s.states.add,
+		Rand: func() float64 { return 0.5 },
+	}, Options{Logger: slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	s.b = b
+	t.Cleanup(func() { _ = b.Close() })
+	if err := b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs"}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.net.broker.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.admin, err = conn.Channel(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func job(id string) queuey.Envelope {
+	return queuey.Envelope{ID: id, Kind: "k", Queue: "jobs", Payload: []byte(`{}`), Attempt: 1, EnqueuedAt: time.Unix(1, 0)}
+}
+
+func (s *supervised) ready(t *testing.T) int {
+	t.Helper()
+	q, ok := s.net.broker.Queue("jobs")
+	if !ok {
+		t.Fatal("jobs is gone")
+	}
+	return q.Ready
+}
+
+func TestConnectReconnectsAndPublishingResumes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		if err := s.b.Publish(t.Context(), job("j1"), 0, queuey.HoldRetry); err != nil {
+			t.Fatal(err)
+		}
+		s.net.drop()
+		// Sent after the drop: it waits for the next connection.
+		if err := s.b.Publish(t.Context(), job("j2"), 0, queuey.HoldRetry); err != nil {
+			t.Fatalf("publish after the drop: %v", err)
+		}
+		if err := s.b.Publish(t.Context(), job("j3"), 2*time.Second, queuey.HoldRetry); err != nil {
+			t.Fatalf("hold after the drop: %v", err)
+		}
+		synctest.Wait()
+		if n := s.ready(t); n != 2 {
+			t.Fatalf("%d jobs ready on jobs, want 2", n)
+		}
+		want := "connecting(1 amqp://queuey:xxxxx@node-a:5672/ after 0s) connected(1) disconnected(1) " +
+			"connecting(1 amqp://queuey:xxxxx@node-a:5672/ after 50ms) connected(2)"
+		if got := s.states.String(); got != want {
+			t.Fatalf("states:\n got %s\nwant %s", got, want)
+		}
+		if strings.Contains(s.logs.String(), "s3cr3t") {
+			t.Fatalf("the logs show the password:\n%s", s.logs)
+		}
+	})
+}
+
+// During an outage a publish waits for the connection within its context,
+// and says that it was not sent; the dials keep to the backoff, which caps;
+// and publishing resumes once the broker is back.
+func TestOutageWaitsWithinCtxAndDialsKeepToTheBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		backoff := Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+		s := newSupervised(t, backoff)
+		s.net.setDown(true)
+		s.net.drop()
+		lost := time.Now()
+
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		err := s.b.Publish(ctx, job("j1"), 0, queuey.HoldRetry)
+		cancel()
+		if !errors.Is(err, ErrDisconnected) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, queuey.ErrMaybeEnqueued) {
+			t.Fatalf("publish during the outage: %v; want ErrDisconnected and the deadline, not ErrMaybeEnqueued", err)
+		}
+
+		time.Sleep(10 * time.Second) // the outage goes on
+		s.net.setDown(false)
+		if err := s.b.Publish(t.Context(), job("j2"), 0, queuey.HoldRetry); err != nil {
+			t.Fatalf("publish after the outage: %v", err)
+		}
+		synctest.Wait()
+
+		s.net.mu.Lock()
+		dials := s.net.dials[1:] // the first was Connect's
+		s.net.mu.Unlock()
+		prev := lost
+		for i, at := range dials {
+			want := backoff.Delay(i+1, 0.5)
+			if gap := at.Sub(prev); gap != want {
+				t.Fatalf("dial %d came %s after the one before, want %s (all: %v)", i+1, gap, want, dials)
+			}
+			prev = at
+		}
+		if len(dials) < 8 {
+			t.Fatalf("%d dials in a 13 s outage with a 1 s cap on the wait", len(dials))
+		}
+		if last := backoff.Delay(len(dials), 0.5); last != time.Second {
+			t.Fatalf("the last wait was %s, want the cap (2 s) × 0.5", last)
+		}
+		if n := s.ready(t); n != 1 {
+			t.Fatalf("%d jobs ready, want 1 (the one published after the outage)", n)
+		}
+		if logs := s.logs.String(); strings.Contains(logs, "s3cr3t") || !strings.Contains(logs, "connection refused") {
+			t.Fatalf("the logs show the password, or not the failed dials:\n%s", logs)
+		}
+	})
+}
+
+func TestURLsAreTriedInTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := &memNet{broker: membroker.New(membroker.Config{Version: membroker.RabbitMQ40})}
+		st := &states{}
+		dial := func(ctx context.Context, url string) (Conn, error) {
+			if strings.Contains(url, "node-a") {
+				n.mu.Lock()
+				n.dials = append(n.dials, time.Now())
+				n.mu.Unlock()
+				return nil, errors.New("dial tcp node-a:5672: connect: connection refused")
+			}
+			return n.dial(ctx, url)
+		}
+		b, err := Connect(t.Context(), ConnectOptions{
+			URLs: []string{secretURL, "amqp://queuey:s3cr3t-pw@node-b:5672/"}, Dial: dial, OnState: st.add,
+			Rand: func() float64 { return 0.5 },
+		}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		want := "connecting(1 amqp://queuey:xxxxx@node-a:5672/ after 0s) connecting(2 amqp://queuey:xxxxx@node-b:5672/ after 100ms) connected(1)"
+		if got := st.String(); got != want {
+			t.Fatalf("states:\n got %s\nwant %s", got, want)
+		}
+	})
+}
+
+// Refusals that retrying cannot fix end the supervision with a clear error,
+// without a storm of dials.
+func TestAccessRefusedIsNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := &memNet{broker: membroker.New(membroker.Config{Version: membroker.RabbitMQ40}),
+			refuse: &amqp.Error{Code: amqp.AccessRefused, Reason: "username or password not allowed", Server: true}}
+		_, err := Connect(t.Context(), ConnectOptions{URLs: []string{secretURL}, Dial: n.dial}, Options{})
+		if !errors.Is(err, ErrConnectionFailed) || len(n.dials) != 1 || strings.Contains(err.Error(), "s3cr3t") {
+			t.Fatalf("Connect: %v after %d dials; want ErrConnectionFailed after one, and no password", err, len(n.dials))
+		}
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
+			t.Fatalf("the error %v does not wrap the broker's refusal", err)
+		}
+	})
+}
+
+func TestConnectGivesUpWithItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := &memNet{broker: membroker.New(membroker.Config{Version: membroker.RabbitMQ40}), down: true}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		_, err := Connect(ctx, ConnectOptions{URLs: []string{secretURL}, Dial: n.dial}, Options{})
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "s3cr3t") {
+			t.Fatalf("Connect: %v", err)
+		}
+	})
+}
+
+func TestConnectRefusesABadURLBeforeDialling(t *testing.T) {
+	_, err := Connect(t.Context(), ConnectOptions{URLs: []string{"http://queuey:s3cr3t-pw@node-a/"}}, Options{})
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("Connect with an http URL: %v", err)
+	}
+	if _, err := Connect(t.Context(), ConnectOptions{}, Options{}); err == nil {
+		t.Fatal("Connect with no URLs succeeded")
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		"amqp://guest:guest@127.0.0.1:5672/": "amqp://guest:xxxxx@127.0.0.1:5672/",
+		"amqp://127.0.0.1:5672/vhost":        "amqp://127.0.0.1:5672/vhost",
+		"amqp://user@host/":                  "amqp://user@host/",
+		"amqp://us er:pw@ho st/%zz":          "<unparsable URL>",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A queue declared again on the new connection that finds another
+// declaration ends the supervision: publishing and consuming fail with
+// the refusal, rather than retrying for ever.
+func TestRedeclarationRefusedFailsTheBackend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		c, err := s.b.Consume(t.Context(), "jobs", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.net.setDown(true)
+		s.net.drop()
+		// While it is down, someone declares "jobs" as a quorum queue.
+		if _, err := s.admin.QueueDelete("jobs", false, false, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.admin.QueueDeclare("jobs", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+			t.Fatal(err)
+		}
+		s.net.setDown(false)
+		synctest.Wait()
+		for range c.Deliveries() {
+		}
+		if err := c.Err(); !errors.Is(err, ErrConnectionFailed) || !strings.Contains(err.Error(), "PRECONDITION_FAILED") {
+			t.Fatalf("the consumer ended with %v", err)
+		}
+		err = s.b.Publish(t.Context(), job("j1"), 0, queuey.HoldRetry)
+		if !errors.Is(err, ErrConnectionFailed) {
+			t.Fatalf("publish after the failure: %v", err)
+		}
+		if !strings.Contains(s.states.String(), "failed") {
+			t.Fatalf("states: %s", s.states)
+		}
+		select {
+		case <-s.b.Done():
+		default:
+			t.Fatal("Done is open after the supervision failed")
+		}
+	})
+}
+
+// A consumer resumes on a fresh channel: its Deliveries stays open, Lost
+// says which channel went, and each delivery says which channel it came on.
+func TestConsumerResumesAfterTheConnectionDrops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		qc, err := s.b.Consume(t.Context(), "jobs", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := qc.(*consumer)
+		lost := c.Lost()
+		if err := s.b.Publish(t.Context(), job("j1"), 0, queuey.HoldRetry); err != nil {
+			t.Fatal(err)
+		}
+		d := (<-c.Deliveries()).(*delivery)
+		if d.Generation() != 1 {
+			t.Fatalf("first delivery of generation %d", d.Generation())
+		}
+		s.net.drop()
+		if g := <-lost; g != 1 {
+			t.Fatalf("Lost said %d, want 1", g)
+		}
+		if err := d.Ack(); err == nil {
+			t.Fatal("acked a delivery of the lost channel")
+		}
+		again := (<-c.Deliveries()).(*delivery) // the broker requeued j1
+		if again.Generation() != 2 || again.d.MessageId != "j1" || !again.Redelivered() {
+			t.Fatalf("after resuming: %q of generation %d, redelivered %t", again.d.MessageId, again.Generation(), again.Redelivered())
+		}
+		if err := again.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Cancel(); err != nil {
+			t.Fatal(err)
+		}
+		for range c.Deliveries() {
+		}
+		if err := c.Err(); err != nil {
+			t.Fatalf("Err after Cancel: %v", err)
+		}
+		_ = c.Close()
+	})
+}
+
+type slowJob struct{ N int }
+
+func (slowJob) Kind() string  { return "slow" }
+func (slowJob) Queue() string { return "jobs" }
+
+// The worker keeps running across a dropped connection. A handler still
+// running when it dropped has its outcome dropped: nothing is published for
+// it (its retry would duplicate the job the broker requeued), and the job
+// runs again from the requeued copy.
+func TestWorkerRunSurvivesADroppedConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		queues := []queuey.QueueConfig{{Name: "jobs", Prefetch: 1}}
+		producer, err := queuey.NewProducer(t.Context(), s.b, queues, queuey.ProducerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		worker, err := queuey.NewWorker(t.Context(), s.b, queues, queuey.WorkerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		runs := map[int]int{}
+		release := make(chan struct{})
+		err = queuey.Register(worker, queuey.HandlerFunc[slowJob](func(ctx context.Context, j *queuey.Job[slowJob]) error {
+			mu.Lock()
+			runs[j.Args.N]++
+			first := runs[j.Args.N] == 1
+			mu.Unlock()
+			if j.Args.N == 1 && first {
+				<-release // running when the connection drops
+				return errors.New("failed after the drop")
+			}
+			return nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- worker.Run(ctx) }()
+		if _, err := producer.Enqueue(t.Context(), slowJob{N: 1}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // job 1's handler is running
+		s.net.drop()
+		synctest.Wait() // reconnected, consuming again
+		close(release)
+		for n := 2; n <= 5; n++ {
+			if _, err := producer.Enqueue(t.Context(), slowJob{N: n}); err != nil {
+				t.Fatalf("enqueue %d after the drop: %v", n, err)
+			}
+		}
+		synctest.Wait()
+		mu.Lock()
+		got := fmt.Sprint(runs)
+		mu.Unlock()
+		if got != "map[1:2 2:1 3:1 4:1 5:1]" {
+			t.Fatalf("handler runs by job: %s; want job 1 twice (its first outcome dropped), the others once", got)
+		}
+		if holds := s.net.broker.Queues(); len(holds) != 2 {
+			t.Fatalf("queues %v: a hold queue was declared for the dropped outcome's retry", holds)
+		}
+		if n := s.ready(t); n != 0 {
+			t.Fatalf("%d jobs left on jobs", n)
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	})
+}
