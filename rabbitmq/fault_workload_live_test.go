@@ -1,0 +1,328 @@
+package rabbitmq
+
+// Live faults under load: a producer enqueues 5,000 jobs while two
+// workers process them, with retries and deferrals in flight, all on
+// supervised connections (Connect); mid-run the broker drops every
+// connection, restarts its application, or is killed with SIGKILL and
+// started again. No confirmed job may be lost, every one must end
+// (processed or dead-lettered), duplicates are counted and printed, and the
+// workers must be consuming again within the backoff cap plus 5 s of the
+// broker being back.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+type faultJob struct{ N int }
+
+func (faultJob) Kind() string    { return "fault-job" }
+func (j faultJob) Queue() string { return faultQueue }
+
+// faultQueue is the queue of the running fault test (one at a time).
+var faultQueue string
+
+const (
+	faultJobs    = 5000
+	faultWorkers = 2
+)
+
+var faultBackoff = Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+
+// command runs the command that the environment variable env names (its
+// words split on spaces), with args and without AMQP_URL in its
+// environment, which would make scripts/rabbitmq leave the broker alone.
+// It may run on any goroutine.
+func command(env string, args ...string) error {
+	argv := append(strings.Fields(os.Getenv(env)), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AMQP_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	return nil
+}
+
+func TestLiveFaultCloseAllConnectionsUnderLoad(t *testing.T) {
+	runFaultWorkload(t, func() error {
+		return command("QUEUEY_RABBITMQCTL", "close_all_connections", "queuey fault test")
+	})
+}
+
+func TestLiveFaultBrokerRestartUnderLoad(t *testing.T) {
+	runFaultWorkload(t, func() error {
+		if err := command("QUEUEY_RABBITMQCTL", "stop_app"); err != nil {
+			return err
+		}
+		return command("QUEUEY_RABBITMQCTL", "start_app")
+	})
+}
+
+func TestLiveFaultKillNineUnderLoad(t *testing.T) {
+	if os.Getenv("QUEUEY_RABBITMQ_SCRIPT") == "" {
+		t.Skip("QUEUEY_RABBITMQ_SCRIPT not set: skipping a fault test that kills the broker (see .ci/run)")
+	}
+	runFaultWorkload(t, func() error {
+		if err := command("QUEUEY_RABBITMQ_SCRIPT", "kill"); err != nil {
+			return err
+		}
+		return command("QUEUEY_RABBITMQ_SCRIPT", "start")
+	})
+}
+
+// faultTally is what the handlers saw.
+type faultTally struct {
+	mu        sync.Mutex
+	succeeded map[int]int // handler successes by job
+	runs      int
+	lastRun   time.Time
+}
+
+func (f *faultTally) run(n int, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.runs++
+	f.lastRun = time.Now()
+	if ok {
+		f.succeeded[n]++
+	}
+}
+
+// runFaultWorkload runs the workload, starts fault once a fifth of the jobs
+// are enqueued, keeps enqueueing while it runs, and checks the outcome.
+func runFaultWorkload(t *testing.T, fault func() error) {
+	url := os.Getenv("AMQP_URL")
+	if url == "" {
+		t.Skip("AMQP_URL not set: skipping a test that needs a live RabbitMQ (scripts/rabbitmq start)")
+	}
+	if os.Getenv("QUEUEY_RABBITMQCTL") == "" {
+		t.Skip("QUEUEY_RABBITMQCTL not set: skipping a fault test that needs rabbitmqctl (see .ci/run)")
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	faultQueue = "queuey-fault-" + hex.EncodeToString(rnd[:])
+	opts := Options{Topology: Topology{RetryGranularity: 100 * time.Millisecond, DeferredGranularity: 100 * time.Millisecond}}
+	queues := []queuey.QueueConfig{{
+		Name: faultQueue, Prefetch: 20,
+		Retry: queuey.RetryPolicy{Base: 50 * time.Millisecond, Cap: 400 * time.Millisecond, MaxAttempts: 6},
+	}}
+	t.Cleanup(func() { deleteFaultQueues(t, url, opts.Topology.WithDefaults()) })
+
+	var connectedMu sync.Mutex
+	var connected []time.Time // every worker's Connected after the first
+	connect := func(name string) *Backend {
+		b, err := Connect(t.Context(), ConnectOptions{
+			URLs: []string{url}, Backoff: faultBackoff,
+			OnState: func(e ConnEvent) {
+				if e.State == StateConnected && e.Gen > 1 && strings.HasPrefix(name, "worker") {
+					connectedMu.Lock()
+					connected = append(connected, time.Now())
+					connectedMu.Unlock()
+				}
+			},
+		}, opts)
+		if err != nil {
+			t.Fatalf("%s: Connect: %v", name, err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+
+	pb := connect("producer")
+	producer, err := queuey.NewProducer(t.Context(), pb, queues, queuey.ProducerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tally := &faultTally{succeeded: map[int]int{}}
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	runErrs := make(chan error, faultWorkers)
+	for i := range faultWorkers {
+		w, err := queuey.NewWorker(t.Context(), connect(fmt.Sprintf("worker %d", i)), queues, queuey.WorkerConfig{StopTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = queuey.Register(w, queuey.HandlerFunc[faultJob](func(ctx context.Context, j *queuey.Job[faultJob]) error {
+			n := j.Args.N
+			// Work that takes a while, so that jobs are in hand when the
+			// fault comes (about ten at the producer's rate).
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			switch {
+			case n%4 == 0 && j.Attempt <= 2: // fails twice, then succeeds
+				tally.run(n, false)
+				return errors.New("flaky service")
+			case n%5 == 0 && j.Deferrals == 0: // rate limited once
+				tally.run(n, false)
+				return queuey.Defer(300*time.Millisecond, "rate limited")
+			}
+			tally.run(n, true)
+			return nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { runErrs <- w.Run(ctx) }()
+	}
+
+	// Enqueue, the fault starting a fifth of the way in and running
+	// beside the producer and the workers.
+	confirmed := map[int]bool{}
+	var maybe []int
+	faultDone := make(chan error, 1)
+	var back time.Time // when fault returned: the broker is back
+	start := time.Now()
+	for n := 1; n <= faultJobs; n++ {
+		if n == faultJobs/5 {
+			go func() {
+				err := fault()
+				back = time.Now()
+				faultDone <- err
+			}()
+		}
+		ectx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		_, err := producer.Enqueue(ectx, faultJob{N: n})
+		cancel()
+		switch {
+		case err == nil:
+			confirmed[n] = true
+		case errors.Is(err, queuey.ErrMaybeEnqueued):
+			maybe = append(maybe, n)
+		default:
+			t.Fatalf("enqueue %d: %v", n, err)
+		}
+	}
+	t.Logf("enqueued %d jobs in %s: %d confirmed, %d maybe (unconfirmed when the connection dropped)",
+		faultJobs, time.Since(start).Round(time.Millisecond), len(confirmed), len(maybe))
+	if err := <-faultDone; err != nil {
+		t.Fatalf("the fault: %v", err)
+	}
+	t.Logf("the fault ended %s into the run: the broker is back", back.Sub(start).Round(time.Millisecond))
+
+	// Wait until every confirmed job has ended.
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		tally.mu.Lock()
+		missing := 0
+		for n := range confirmed {
+			if tally.succeeded[n] == 0 {
+				missing++
+			}
+		}
+		idle := time.Since(tally.lastRun)
+		tally.mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) || idle > 30*time.Second {
+			dead := countFaultDeadLetters(t, url)
+			t.Fatalf("%d confirmed jobs have not ended (%d dead letters; last handler run %s ago)", missing, dead, idle.Round(time.Second))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	for range faultWorkers {
+		if err := <-runErrs; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+
+	tally.mu.Lock()
+	defer tally.mu.Unlock()
+	lost := 0
+	for n := range confirmed {
+		if tally.succeeded[n] == 0 {
+			lost++ // none: the wait above fails first
+		}
+	}
+	duplicates, maybeRan := 0, 0
+	for n, k := range tally.succeeded {
+		duplicates += k - 1
+		if !confirmed[n] {
+			maybeRan++
+		}
+	}
+	dead := countFaultDeadLetters(t, url)
+	connectedMu.Lock()
+	var recovery time.Duration
+	for _, at := range connected {
+		recovery = max(recovery, at.Sub(back))
+	}
+	reconnections := len(connected)
+	connectedMu.Unlock()
+	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued (%d of them ran), %d lost, %d dead-lettered, %d duplicates, %d handler runs, "+
+		"workers reconnected %d times, the last %s after the broker was back",
+		t.Name(), faultJobs, len(confirmed), len(maybe), maybeRan, lost, dead, duplicates, tally.runs, reconnections, recovery.Round(time.Millisecond))
+	if dead != 0 {
+		t.Errorf("%d jobs were dead-lettered; none should be", dead)
+	}
+	if reconnections < faultWorkers {
+		t.Errorf("the workers reconnected %d times; each should have at least once", reconnections)
+	}
+	if limit := faultBackoff.Max + 5*time.Second; recovery > limit {
+		t.Errorf("a worker reconnected %s after the broker was back, over the backoff cap plus 5 s (%s)", recovery, limit)
+	}
+}
+
+// countFaultDeadLetters is how many messages wait on the fault queue's
+// dead-letter queue.
+func countFaultDeadLetters(t *testing.T, url string) int {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclarePassive(faultQueue+".dead", true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("the dead-letter queue: %v", err)
+	}
+	return q.Messages
+}
+
+// deleteFaultQueues deletes the fault queue, its dead-letter queue and the
+// hold queues its retries and deferrals used.
+func deleteFaultQueues(t *testing.T, url string, top Topology) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Errorf("cleanup: dial: %v", err)
+		return
+	}
+	defer conn.Close()
+	names := []string{faultQueue, top.DeadQueue(faultQueue)}
+	for ttl := int64(100); ttl <= 400; ttl += 100 {
+		names = append(names, top.HoldQueue(faultQueue, ttl))
+	}
+	for _, name := range names {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		_, _ = ch.QueueDelete(name, false, false, false)
+		_ = ch.Close()
+	}
+}
