@@ -109,9 +109,10 @@ var ErrPublishingBlocked = errors.New("rabbitmq: the broker is blocking publishe
 //   - a fresh channel per Consume, with Qos(prefetch, 0, false);
 //   - a throwaway channel per queue Declare declares, closed afterwards.
 //
-// Reconnection is not its business: once the connection is gone, its calls
-// fail with errors that wrap amqp091's amqp.ErrClosed and, when the broker
-// said why, its *amqp.Error.
+// A Backend made by New does not reconnect: once the connection is gone,
+// its calls fail with errors that wrap amqp091's amqp.ErrClosed and, when
+// the broker said why, its *amqp.Error. One made by Connect owns its
+// connection and keeps it up (see Connect).
 //
 // A Backend is safe for concurrent use. Close releases its channels.
 type Backend struct {
@@ -825,7 +826,8 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queu
 // publish that was waiting for a confirm has failed; from then on Publish
 // and DeadLetter fail at once, without calling the broker. A channel the
 // broker closed over one message does not close it: a fresh one replaces
-// it. A process that reconnects makes a new Backend.
+// it. A backend made by New closes it when its connection drops; one made
+// by Connect only on Close or when its supervision fails (StateFailed).
 func (b *Backend) Done() <-chan struct{} { return b.done }
 
 // Close closes every consumer's channel (the broker requeues their

@@ -357,9 +357,9 @@ func (s *supervisor) dialFirst(ctx context.Context) error {
 	return nil
 }
 
-// dial tries the URLs in turn, waiting the backoff before each attempt
-// after the first of a reconnection (first is false), until one answers
-// (and, on a reconnection, the queues are declared again on it).
+// dial tries the URLs in turn, waiting the backoff before every attempt but
+// Connect's first (lost is nil only there), until one answers and the
+// queues declared before are declared again on it.
 func (s *supervisor) dial(ctx context.Context, lost error) (Conn, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
