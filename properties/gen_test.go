@@ -199,8 +199,9 @@ func faultGen(t *rapid.T, s sim.Scenario, dur int) sim.Fault {
 	qi := rapid.IntRange(0, len(s.Queues)-1).Draw(t, "fault_queue")
 	q := s.Queues[qi]
 	f := sim.Fault{
-		At:    ticks(rapid.IntRange(0, dur+int(s.Drain.D()/tick)).Draw(t, "fault_at_ticks")),
-		Kind:  rapid.SampledFrom([]string{sim.FaultCrash, sim.FaultDrop, sim.FaultRefuseHold}).Draw(t, "fault_kind"),
+		At: ticks(rapid.IntRange(0, dur+int(s.Drain.D()/tick)).Draw(t, "fault_at_ticks")),
+		Kind: rapid.SampledFrom([]string{sim.FaultCrash, sim.FaultDrop, sim.FaultRefuseHold, sim.FaultRestart, sim.FaultOutage}).
+			Draw(t, "fault_kind"),
 		Queue: q.Name,
 	}
 	switch f.Kind {
@@ -210,6 +211,10 @@ func faultGen(t *rapid.T, s sim.Scenario, dur int) sim.Fault {
 	case sim.FaultRefuseHold:
 		f.TTL = ticks(rapid.IntRange(1, int(maxRetryAfter/tick)).Draw(t, "fault_ttl_ticks"))
 		f.For = durationTicks(t, "fault_for", time.Minute) // 0: the default, 1 min
+	case sim.FaultRestart:
+		f.Restart = durationTicks(t, "fault_restart", 10*time.Second) // how long the broker is unreachable; 0: 1 s
+	case sim.FaultOutage:
+		f.For = durationTicks(t, "fault_for", 30*time.Second) // 0: the default, 1 min
 	}
 	return f
 }

@@ -755,6 +755,10 @@ func (m *machine) requeued(w *worker, j *job, acts []workerrules.Action[*deliver
 			m.problem("worker %d's core answered job %s's requeue timer with %s", w.idx, j.id, a.Kind)
 			continue
 		}
+		// Bring the broker up to now first: a hold due at this instant is
+		// released (and may be delivered) before the reject, which the
+		// model must not yet count as queued.
+		m.broker.Queue(workQueue)
 		m.giveBack(j)
 		if err := a.Msg.d.Reject(true); err != nil {
 			m.problem("reject job %s: %v", j.id, err)

@@ -215,6 +215,10 @@ func (r *runner) observe(ev membroker.Event) {
 	case membroker.EventDelivered:
 		switch qr.role {
 		case roleWork:
+			if r.restarting {
+				r.bounced(q, ev)
+				return
+			}
 			r.delivered(q, ev)
 			if sub := r.subs[ev.ConsumerTag]; sub != nil {
 				if sub.pending++; sub.pending == 1 {
@@ -225,6 +229,22 @@ func (r *runner) observe(ev membroker.Event) {
 			r.auditDue = true
 		}
 	}
+}
+
+// bounced is a delivery made inside Broker.Restart: a message one closing
+// connection returned was handed to a consumer whose connection closes
+// next, so it comes straight back, one more return toward a quorum queue's
+// delivery limit, and a possible duplicate. The worker never takes it.
+func (r *runner) bounced(q *simQueue, ev membroker.Event) {
+	j := r.job(jobNumber(ev.MessageID))
+	if j == nil {
+		return // a malformed body
+	}
+	before := len(j.delivered)
+	r.delivered(q, ev)
+	j.delivered = j.delivered[:before]
+	j.returns++
+	j.explain++
 }
 
 // lose ends, as lost, the jobs held in hold queue name, which the broker

@@ -19,8 +19,9 @@ type Result struct {
 	Jobs         JobCounts      `json:"jobs"`
 	DeadByReason map[string]int `json:"dead_by_reason"`
 	// InFlight counts the jobs live at the end by where they are: "held"
-	// (in a hold or wait queue), "queued" (on the work queue) or
-	// "in-hand" (delivered to a worker).
+	// (in a hold or wait queue), "queued" (on the work queue), "in-hand"
+	// (delivered to a worker) or "waiting" (arrived while the broker was
+	// unreachable, and not enqueued yet).
 	InFlight map[string]int `json:"in_flight"`
 
 	Attempts  Counter `json:"attempts"`  // attempts per job that ended
@@ -94,6 +95,10 @@ func (r *runner) finish() *Result {
 	r.jobs.each(func(n uint64, _ *job) { nums = append(nums, n) })
 	sort.Slice(nums, func(a, b int) bool { return nums[a] < nums[b] })
 	copies := 0
+	waiting := map[uint64]bool{} // arrived while the producer was down, not enqueued yet
+	for _, n := range r.waiting {
+		waiting[n] = true
+	}
 	for _, n := range nums {
 		j := r.jobs.get(n)
 		copies += max(j.copies, 0)
@@ -102,6 +107,8 @@ func (r *runner) finish() *Result {
 		}
 		res.Jobs.InFlight++
 		switch {
+		case waiting[n]:
+			res.InFlight["waiting"]++ // Enqueue waits for the broker
 		case j.copies <= 0:
 			r.violate(5, j, "the job has not ended and no copy of it is anywhere")
 		case len(j.holds) > 0:
@@ -156,7 +163,8 @@ const (
 	streamResult
 	streamJobResult
 	streamJitter
-	streamBroker // seeds membroker's Timing
+	streamBroker  // seeds membroker's Timing
+	streamBackoff // reconnection backoff jitter, by process and attempt
 )
 
 func splitmix(x uint64) uint64 {

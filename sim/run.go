@@ -221,7 +221,18 @@ type runner struct {
 	producerConn *membroker.Connection
 	producerBack *rabbitmq.Backend
 	producer     *queuey.Producer
+	producerDown bool     // its connection is gone: arrivals wait
+	waiting      []uint64 // jobs that arrived while it was down, in order
+	enqueuing    uint64   // the job it is enqueueing: the ID NewID gives
+	configs      []queuey.QueueConfig
+	adminConn    *membroker.Connection
 	admin        *membroker.Channel // malformed bodies, refused holds, dead-letter audits
+
+	// unreachable is when the broker takes connections again after a
+	// restart or an outage; restarting is set while it closes every
+	// connection of queuey's, one after another (see bounced).
+	unreachable time.Time
+	restarting  bool
 
 	jobs    jobTable
 	nextJob uint64
@@ -393,13 +404,8 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	}
 
 	var err error
-	r.producerConn, _ = r.broker.Dial()
-	r.producerBack, err = rabbitmq.New(r.channels(r.producerConn), rabbitmq.Options{Topology: r.top})
-	if err != nil {
-		return nil, fmt.Errorf("sim: producer backend: %w", err)
-	}
-	adminConn, _ := r.broker.Dial()
-	if r.admin, err = adminConn.Channel(); err != nil {
+	r.adminConn, _ = r.broker.Dial()
+	if r.admin, err = r.adminConn.Channel(); err != nil {
 		return nil, fmt.Errorf("sim: admin channel: %w", err)
 	}
 
@@ -424,15 +430,9 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 			q.arrivals = append(q.arrivals, &arrivalState{a: a, stream: uint64(i)<<16 | uint64(k)})
 		}
 	}
-	r.producer, err = queuey.NewProducer(ctx, r.producerBack, configs, queuey.ProducerConfig{
-		Clock: r.clk,
-		NewID: func() string {
-			var buf [24]byte
-			return string(strconv.AppendUint(append(buf[:0], 'j'), r.nextJob, 10))
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sim: declaring the queues: %w", err)
+	r.configs = configs
+	if err := r.connectProducer(); err != nil {
+		return nil, err
 	}
 	for _, q := range r.queues {
 		if s.Legacy {
@@ -444,11 +444,9 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 				return nil, fmt.Errorf("sim: declaring the legacy wait queue: %w", err)
 			}
 		}
-		audit, err := r.admin.Consume(q.dead, "audit-"+q.spec.Name, true, false, false, false, nil)
-		if err != nil {
-			return nil, fmt.Errorf("sim: auditing %s: %w", q.dead, err)
+		if err := r.auditQueue(q); err != nil {
+			return nil, err
 		}
-		q.audit = audit
 		for k := 0; k < q.spec.Workers; k++ {
 			w := &worker{q: q, idx: k}
 			q.workers = append(q.workers, w)
@@ -465,6 +463,41 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 		r.clk.AfterFunc(f.At.D(), func() { r.fault(f) })
 	}
 	return r, nil
+}
+
+// connectProducer connects the producer: a backend on a connection of its
+// own, and a Producer on it, which declares the queues.
+func (r *runner) connectProducer() error {
+	conn, err := r.broker.Dial()
+	if err != nil {
+		return fmt.Errorf("sim: producer connection: %w", err)
+	}
+	r.producerConn = conn
+	if r.producerBack, err = rabbitmq.New(r.channels(conn), rabbitmq.Options{Topology: r.top}); err != nil {
+		return fmt.Errorf("sim: producer backend: %w", err)
+	}
+	r.producer, err = queuey.NewProducer(r.bg, r.producerBack, r.configs, queuey.ProducerConfig{
+		Clock: r.clk,
+		NewID: func() string {
+			var buf [24]byte
+			return string(strconv.AppendUint(append(buf[:0], 'j'), r.enqueuing, 10))
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("sim: declaring the queues: %w", err)
+	}
+	r.producerDown = false
+	return nil
+}
+
+// auditQueue consumes q's dead-letter queue on the admin channel.
+func (r *runner) auditQueue(q *simQueue) error {
+	audit, err := r.admin.Consume(q.dead, "audit-"+q.spec.Name, true, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("sim: auditing %s: %w", q.dead, err)
+	}
+	q.audit = audit
+	return nil
 }
 
 // holdBound is invariant 7's limit on a queue's hold queues at once: the
@@ -858,7 +891,7 @@ func (r *runner) arrive(q *simQueue, rj *ReplayJob) {
 		q.malformed[n] = body
 		r.res.Jobs.Malformed++
 		r.emit(Event{Kind: EvMalformed, Job: n, Queue: q.spec.Name, Worker: -1})
-		if err := r.admin.Publish("", q.spec.Name, false, false, amqp.Publishing{MessageId: "m" + strconv.FormatUint(n, 10), Body: body}); err != nil {
+		if err := r.admin.Publish("", q.spec.Name, false, false, amqp.Publishing{MessageId: "m" + strconv.FormatUint(n, 10), Body: body, DeliveryMode: amqp.Persistent}); err != nil {
 			r.failf("publishing a malformed body: %v", err)
 		}
 		return
@@ -872,6 +905,18 @@ func (r *runner) arrive(q *simQueue, rj *ReplayJob) {
 	r.jobs.put(n, j)
 	j.expect = append(j.expect, expectation{attempt: 1, notBefore: r.now()})
 	r.emit(Event{Kind: EvArrive, Job: n, Queue: q.spec.Name, Worker: -1})
+	if r.producerDown {
+		// Enqueue waits for the connection: the job goes out when the
+		// producer is back.
+		r.waiting = append(r.waiting, n)
+		return
+	}
+	r.enqueue(q, n)
+}
+
+// enqueue publishes job n through the producer.
+func (r *runner) enqueue(q *simQueue, n uint64) {
+	r.enqueuing = n
 	r.jobArgs = simJob{queue: q.spec.Name, N: n} // by pointer: no copy put in an interface
 	if _, err := r.producer.Enqueue(r.bg, &r.jobArgs); err != nil {
 		r.failf("enqueue job %d: %v", n, err)
@@ -1275,6 +1320,8 @@ func (r *runner) fault(f Fault) {
 				r.restart(w)
 			}
 		})
+	case FaultRestart, FaultOutage:
+		r.brokerDown(f)
 	case FaultRefuseHold:
 		ttl, _ := r.top.RetryTTL(f.TTL.D())
 		r.refuseHold(q, r.top.HoldQueue(q.spec.Name, ttl), ttl, r.clk.Now().Add(f.For.D()))
@@ -1333,11 +1380,162 @@ func (r *runner) noteRequeues(w *worker) {
 }
 
 func (r *runner) restart(w *worker) {
+	if r.clk.Now().Before(r.unreachable) {
+		// The broker is down: the process dials again after the backoff.
+		r.emit(Event{Kind: EvDialFailed, Queue: w.q.spec.Name, Worker: w.idx, Attempt: 1})
+		r.redial(w, 2, w.gen)
+		return
+	}
 	if err := r.startWorker(w); err != nil {
 		r.failf("restarting worker %d of %s: %v", w.idx, w.q.spec.Name, err)
 		return
 	}
 	r.emit(Event{Kind: EvRestart, Queue: w.q.spec.Name, Worker: w.idx})
+}
+
+// brokerDown restarts the broker (FaultRestart) or cuts it off
+// (FaultOutage): every connection of queuey's goes, and dials fail until
+// the broker is back. The producer and the workers then reconnect as a
+// supervised backend does, after rabbitmq.Backoff's waits, drawn from the
+// seed; each worker's core learns its connection is gone.
+func (r *runner) brokerDown(f Fault) {
+	span, what := f.For.D(), "outage"
+	if f.Kind == FaultRestart {
+		span, what = f.Restart.D(), "restart"
+	}
+	if until := r.clk.Now().Add(span); until.After(r.unreachable) {
+		r.unreachable = until
+	}
+	r.emit(Event{Kind: EvBrokerDown, Worker: -1, Detail: what + " for " + span.String()})
+	var up []*worker
+	for _, q := range r.queues {
+		r.audit(q) // what was dead-lettered before: the audit channel may go
+		for _, w := range q.workers {
+			if w.up {
+				r.noteRequeues(w)
+				up = append(up, w)
+			}
+		}
+	}
+	if f.Kind == FaultRestart {
+		r.restarting = true
+		r.broker.Restart()
+		r.restarting = false
+		r.reconnectAdmin() // the harness's own connection, not queuey's: back at once
+	} else {
+		// Closed one after another, a connection's returns may be handed
+		// to a consumer whose connection closes next: bounces, as in a
+		// restart.
+		r.restarting = true
+		for _, w := range up {
+			r.broker.CloseConnection(w.conn, nil)
+		}
+		if !r.producerDown {
+			r.broker.CloseConnection(r.producerConn, nil)
+		}
+		r.restarting = false
+	}
+	for _, w := range up {
+		r.connectionLost(w)
+		r.redial(w, 1, w.gen)
+	}
+	if !r.producerDown {
+		// As for a dropped worker, wait for the backend to see it.
+		<-r.producerBack.Done()
+		_ = r.producerBack.Close()
+		r.producerDown = true
+		r.redialProducer(1)
+	}
+	r.clk.AfterFunc(span, func() {
+		if !r.clk.Now().Before(r.unreachable) {
+			r.emit(Event{Kind: EvBrokerUp, Worker: -1})
+		}
+	})
+}
+
+// connectionLost is a worker process whose connection the broker closed:
+// its core drops what it cannot settle any more, and it waits to redial.
+func (r *runner) connectionLost(w *worker) {
+	<-w.rb.Done() // the backend learns of the close on its publisher's goroutine
+	if lb, ok := w.back.(*legacyBackend); ok {
+		<-lb.pub.Done()
+	}
+	w.up = false
+	sub := w.sub
+	w.sub = nil
+	var buf [4]simAction
+	r.exec(w, w.core.ConnectionLost(buf[:0], sub.gen))
+	sub.dead = true
+	_ = w.back.Close()
+}
+
+// backoff is the wait before reconnection attempt n of process key:
+// rabbitmq.Backoff's defaults, its jitter drawn from the seed.
+func (r *runner) backoff(key uint64, n int) time.Duration {
+	return rabbitmq.Backoff{}.Delay(n, r.draw(key, uint64(n), streamBackoff))
+}
+
+// redial has worker w (of process generation gen) dial again after the
+// backoff of attempt n.
+func (r *runner) redial(w *worker, n, gen int) {
+	key := uint64(w.q.idx)<<40 | uint64(w.idx)<<20 | uint64(w.connGen)
+	r.clk.AfterFunc(r.backoff(key, n), func() {
+		if w.gen != gen || w.up {
+			return // crashed meanwhile: that crash restarts it
+		}
+		if r.clk.Now().Before(r.unreachable) {
+			r.emit(Event{Kind: EvDialFailed, Queue: w.q.spec.Name, Worker: w.idx, Attempt: n})
+			r.redial(w, n+1, gen)
+			return
+		}
+		r.restart(w)
+	})
+}
+
+// redialProducer has the producer dial again after the backoff of attempt
+// n; once connected, the jobs that arrived meanwhile go out in order.
+func (r *runner) redialProducer(n int) {
+	r.clk.AfterFunc(r.backoff(1<<62|uint64(len(r.waiting)), n), func() {
+		if !r.producerDown {
+			return
+		}
+		if r.clk.Now().Before(r.unreachable) {
+			r.emit(Event{Kind: EvDialFailed, Worker: -1, Attempt: n})
+			r.redialProducer(n + 1)
+			return
+		}
+		if err := r.connectProducer(); err != nil {
+			r.failf("reconnecting the producer: %v", err)
+			return
+		}
+		r.emit(Event{Kind: EvRestart, Worker: -1, Detail: "producer"})
+		waiting := r.waiting
+		r.waiting = nil
+		for _, n := range waiting {
+			if j := r.job(n); j != nil {
+				r.enqueue(j.q, n)
+			}
+		}
+	})
+}
+
+// reconnectAdmin gives the harness a fresh admin channel after a restart,
+// and consumes the dead-letter queues on it again.
+func (r *runner) reconnectAdmin() {
+	conn, err := r.broker.Dial()
+	if err == nil {
+		r.adminConn = conn
+		r.admin, err = conn.Channel()
+	}
+	if err != nil {
+		r.failf("reconnecting the admin channel: %v", err)
+		return
+	}
+	for _, q := range r.queues {
+		if err := r.auditQueue(q); err != nil {
+			r.failf("%v", err)
+		}
+	}
 }
 
 func (r *runner) refuseHold(q *simQueue, name string, ttl int64, until time.Time) {

@@ -476,3 +476,36 @@ func TestZeroDelayDeferralWaitsOneGranule(t *testing.T) {
 		t.Fatalf("the deferral for 0 did not wait one granule:\n%s", trace)
 	}
 }
+
+// TestBrokerRestartAndOutage runs the mixed scenario through a broker
+// restart (unreachable for 3 s) and an outage of 10 s, on both queue types
+// and profiles: the producer and every worker reconnect after the backoff,
+// jobs that arrive meanwhile go out when the producer is back, and no
+// invariant breaks. The trace is the same on a second run.
+func TestBrokerRestartAndOutage(t *testing.T) {
+	for _, typ := range []string{"classic", "quorum"} {
+		for _, profile := range []string{"RabbitMQ40", "RabbitMQ43"} {
+			t.Run(typ+"/"+profile, func(t *testing.T) {
+				s := mixed(typ, profile)
+				s.Faults = append(s.Faults,
+					Fault{At: dur(30 * time.Second), Kind: FaultRestart, Restart: dur(3 * time.Second)},
+					Fault{At: dur(70 * time.Second), Kind: FaultOutage, For: dur(10 * time.Second)})
+				res, trace := run(t, s, Options{})
+				requireNoViolations(t, res)
+				for _, want := range []string{"broker-down restart for 3s", "broker-down outage for 10s", "dial-failed", "broker-up", "restart producer"} {
+					if !strings.Contains(trace, want) {
+						t.Errorf("the trace lacks %q", want)
+					}
+				}
+				if res.Jobs.InFlight != 0 || res.Jobs.Lost != 0 {
+					t.Fatalf("jobs %+v at the end", res.Jobs)
+				}
+				again, _ := run(t, s, Options{})
+				if again.TraceHash != res.TraceHash {
+					t.Fatal("a second run wrote another trace")
+				}
+				t.Logf("jobs %+v; duplicates %d", res.Jobs, res.Jobs.Duplicates)
+			})
+		}
+	}
+}

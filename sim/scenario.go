@@ -270,24 +270,37 @@ const (
 	// arguments from At for For, so that every hold into it is refused
 	// (406 PRECONDITION_FAILED) and the job goes back to its queue.
 	FaultRefuseHold = "refuse-hold"
+	// FaultRestart restarts the broker (membroker's Broker.Restart): every
+	// connection closes, durable queues keep their persistent messages,
+	// unacknowledged deliveries go back to their queues, and the broker is
+	// unreachable for Restart. The producer and every worker reconnect
+	// with rabbitmq.Backoff's defaults, their dials failing until then.
+	FaultRestart = "restart"
+	// FaultOutage makes the broker unreachable for For: the producer's and
+	// the workers' connections drop, and their dials fail until it ends.
+	// The broker keeps everything. Jobs that arrive meanwhile wait for the
+	// producer to reconnect, as Enqueue does.
+	FaultOutage = "outage"
 )
 
 // Fault is one injected failure.
 type Fault struct {
 	// At is when it happens. Required.
 	At Duration `json:"at"`
-	// Kind is "crash", "drop" or "refuse-hold". Required.
+	// Kind is "crash", "drop", "refuse-hold", "restart" or "outage".
+	// Required.
 	Kind string `json:"kind"`
 	// Queue names the work queue; defaults to the first.
 	Queue string `json:"queue,omitempty"`
 	// Worker is the index of the worker (crash, drop). Defaults to 0.
 	Worker int `json:"worker,omitempty"`
-	// Restart is how long a crashed or dropped worker stays down.
-	// Defaults to 1s.
+	// Restart is how long a crashed or dropped worker stays down, or a
+	// restarting broker unreachable. Defaults to 1s.
 	Restart Duration `json:"restart,omitempty"`
 	// TTL is the hold the refusal hits (refuse-hold), before rounding.
 	TTL Duration `json:"ttl,omitempty"`
-	// For is how long the refusal lasts (refuse-hold). Defaults to 1m.
+	// For is how long the refusal (refuse-hold) or the outage lasts.
+	// Defaults to 1m.
 	For Duration `json:"for,omitempty"`
 }
 
@@ -534,6 +547,14 @@ func (s Scenario) Validate() error {
 			if f.Restart < 0 {
 				return fieldErr(p+".restart", "must not be negative, got %s", f.Restart.D())
 			}
+		case FaultRestart:
+			if f.Restart < 0 {
+				return fieldErr(p+".restart", "must not be negative, got %s", f.Restart.D())
+			}
+		case FaultOutage:
+			if f.For < 0 {
+				return fieldErr(p+".for", "must not be negative, got %s", f.For.D())
+			}
 		case FaultRefuseHold:
 			if f.TTL <= 0 {
 				return fieldErr(p+".ttl", "must be positive, got %s", f.TTL.D())
@@ -542,9 +563,9 @@ func (s Scenario) Validate() error {
 				return fieldErr(p+".for", "must not be negative, got %s", f.For.D())
 			}
 		case "":
-			return fieldErr(p+".kind", "is required: crash, drop or refuse-hold")
+			return fieldErr(p+".kind", "is required: crash, drop, refuse-hold, restart or outage")
 		default:
-			return fieldErr(p+".kind", "unknown fault %q: want crash, drop or refuse-hold", f.Kind)
+			return fieldErr(p+".kind", "unknown fault %q: want crash, drop, refuse-hold, restart or outage", f.Kind)
 		}
 	}
 	return nil

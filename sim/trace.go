@@ -33,6 +33,9 @@ const (
 	EvSettleFailed                      // publishing the successor failed: Detail
 	EvViolation                         // an invariant is broken: Detail
 	EvLost                              // the job was dropped with hold queue Queue (x-expires)
+	EvBrokerDown                        // the broker restarts, or is unreachable (Detail), until it is back
+	EvBrokerUp                          // the broker is reachable again
+	EvDialFailed                        // Worker (-1: the producer) could not connect: attempt Attempt
 )
 
 var eventNames = [...]string{
@@ -41,6 +44,7 @@ var eventNames = [...]string{
 	EvDeadLetter: "dead-letter", EvHoldCreated: "hold-created", EvHoldExpired: "hold-expired",
 	EvCrash: "crash", EvDrop: "drop", EvRestart: "restart", EvRefuse: "refuse-hold",
 	EvSettleFailed: "settle-failed", EvViolation: "VIOLATION", EvLost: "lost",
+	EvBrokerDown: "broker-down", EvBrokerUp: "broker-up", EvDialFailed: "dial-failed",
 }
 
 func (k EventKind) String() string {
