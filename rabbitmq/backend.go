@@ -116,15 +116,15 @@ var ErrPublishingBlocked = errors.New("rabbitmq: the broker is blocking publishe
 //
 // A Backend is safe for concurrent use. Close releases its channels.
 type Backend struct {
-	open     func() (Channel, error)
-	sup      *supervisor // nil unless made by Connect: the caller owns the connection
+	open func() (Channel, error)
+	sup  *supervisor // nil unless made by Connect: the caller owns the connection
 	// closeCtx ends when Close begins: waits for a reconnection end with it.
 	closeCtx    context.Context
 	cancelClose context.CancelFunc
-	top      Topology
-	skipDead bool
-	logger   *slog.Logger
-	maxSize  int
+	top         Topology
+	skipDead    bool
+	logger      *slog.Logger
+	maxSize     int
 
 	// pubMu guards pub and swapped. supervise replaces pub when the broker
 	// closes its channel over one message, and closes done when the
@@ -219,18 +219,18 @@ func newBackend(open func() (Channel, error), opts Options, sup *supervisor) (*B
 		sup:         sup,
 		closeCtx:    closeCtx,
 		cancelClose: cancelClose,
-		top:       opts.Topology.WithDefaults(),
-		skipDead:  opts.SkipDeadLetterQueues,
-		logger:    logger,
-		maxSize:   maxSize,
-		pub:       pub,
-		swapped:   make(chan struct{}),
-		done:      make(chan struct{}),
-		holdLock:  make(chan struct{}, 1),
-		holdArgs:  make(map[holdKey]holdDecl),
-		declared:  make(map[string]queuey.QueueConfig),
-		consumers: make(map[*consumer]struct{}),
-		stopWatch: make(chan struct{}),
+		top:         opts.Topology.WithDefaults(),
+		skipDead:    opts.SkipDeadLetterQueues,
+		logger:      logger,
+		maxSize:     maxSize,
+		pub:         pub,
+		swapped:     make(chan struct{}),
+		done:        make(chan struct{}),
+		holdLock:    make(chan struct{}, 1),
+		holdArgs:    make(map[holdKey]holdDecl),
+		declared:    make(map[string]queuey.QueueConfig),
+		consumers:   make(map[*consumer]struct{}),
+		stopWatch:   make(chan struct{}),
 	}
 	go b.supervise(pub)
 	if opts.Blocked != nil {
