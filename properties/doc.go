@@ -5,7 +5,8 @@
 //     type and broker profile, granularities, retry policy, workers and
 //     prefetch, constant, Poisson, burst and replayed arrivals, outcome
 //     rates, handler and Retry-After distributions, crashes, dropped
-//     connections and refused hold declarations), runs each with sim.Run
+//     connections, refused hold declarations, broker restarts and
+//     outages), runs each with sim.Run
 //     and requires no error and no violation of invariants 1–8. Scenarios
 //     stay small (at most 30 virtual seconds of arrivals, a 2-minute drain,
 //     20 jobs a second per arrival process), so one run takes a few

@@ -1,13 +1,14 @@
 // Package sim is queuey's deterministic simulator: it runs the real
-// rabbitmq backend, queuey.Decide and queuey.PublishSuccessor on membroker,
-// under a virtual clock, on one goroutine, and checks queuey's guarantees
-// as invariants on every run.
+// rabbitmq backend and the worker's own core on membroker, under a virtual
+// clock, on one goroutine, and checks queuey's guarantees as invariants on
+// every run.
 //
 // A Scenario describes queues with their arrival processes, a handler
 // outcome model (success, retryable and fatal failures, rate limits with a
 // Retry-After, handler durations, poison jobs, malformed bodies), workers,
 // a broker profile and faults (worker crashes, dropped connections, refused
-// hold declarations). Run simulates it and returns a Result: jobs by
+// hold declarations, broker restarts and outages). Run simulates it and
+// returns a Result: jobs by
 // terminal state, attempts and deferrals, the wait rounding added to each
 // hold, how long released deferrals and new jobs waited for a worker, hold
 // queues over time, declarations per second, and every invariant violation
@@ -53,6 +54,14 @@
 // Scenario.Legacy runs the topology queuey replaced (one wait queue with
 // per-message expirations) as a negative control: invariant 2 catches its
 // head-of-line blocking.
+//
+// After a broker restart or an outage, the producer and every worker dial
+// again after rabbitmq.Backoff's waits (its defaults, jitter from the
+// seed) until the broker is back, as a supervised backend (rabbitmq.Connect)
+// does; jobs that arrive meanwhile wait for the producer, as Enqueue does.
+// The simulator carries out that redial loop itself: rabbitmq.Connect's
+// supervisor runs on goroutines and the wall clock, which a deterministic
+// run cannot drive (docs/worker-core.md, "Left open").
 //
 // Each simulated worker process settles its deliveries with the worker
 // core that queuey.Worker.Run drives (internal/workercore): the same code
