@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/queuey/queuey/internal/redial"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -122,17 +123,13 @@ func (b Backoff) WithDefaults() Backoff {
 // Delay is the wait before attempt n (from 1), given u, a uniform draw in
 // [0, 1).
 func (b Backoff) Delay(n int, u float64) time.Duration {
+	return b.core().Delay(n, u)
+}
+
+// core is b, defaults filled in, as the reconnection loop takes it.
+func (b Backoff) core() redial.Backoff {
 	b = b.WithDefaults()
-	bound := b.Max
-	if n < 1 {
-		n = 1
-	}
-	if n-1 < 62 {
-		if d := b.Initial << (n - 1); d > 0 && d < bound {
-			bound = d
-		}
-	}
-	return time.Duration(u * float64(bound))
+	return redial.Backoff{Initial: b.Initial, Max: b.Max}
 }
 
 // ConnState is a supervised connection's state.
@@ -256,7 +253,8 @@ func Connect(ctx context.Context, copts ConnectOptions, opts Options) (*Backend,
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &supervisor{opts: copts, logger: logger, up: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &supervisor{opts: copts, logger: logger, up: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		loop: redial.New(len(copts.URLs), copts.Backoff.core(), copts.Rand)}
 	if err := s.dialFirst(ctx); err != nil {
 		return nil, err
 	}
@@ -278,6 +276,9 @@ type supervisor struct {
 	opts      ConnectOptions
 	logger    *slog.Logger
 	redeclare func(Conn) error // set before run starts
+	// loop decides whom to dial and when (internal/redial, the code the
+	// simulator runs too). Connect's goroutine drives it, then run's.
+	loop *redial.Core
 
 	mu      sync.Mutex
 	conn    Conn          // nil while down
@@ -287,8 +288,7 @@ type supervisor struct {
 	down    chan struct{} // closed when conn goes; replaced when one is up
 	closes  chan *amqp.Error
 	failed  error // StateFailed's error; the supervision is over
-	next    int   // the URL the next attempt dials
-	running bool  // run has started
+	running bool // run has started
 
 	stop     chan struct{} // closed by close
 	stopOnce sync.Once
@@ -349,18 +349,18 @@ func (s *supervisor) current() (Conn, uint64, error) {
 
 // dialFirst dials until a connection is up, within ctx.
 func (s *supervisor) dialFirst(ctx context.Context) error {
-	conn, err := s.dial(ctx, nil)
+	conn, ev, err := s.drive(ctx, s.loop.Start())
 	if err != nil {
 		return err
 	}
-	s.setUp(conn)
+	s.setUp(conn, ev)
 	return nil
 }
 
-// dial tries the URLs in turn, waiting the backoff before every attempt but
-// Connect's first (lost is nil only there), until one answers and the
-// queues declared before are declared again on it.
-func (s *supervisor) dial(ctx context.Context, lost error) (Conn, error) {
+// drive carries out the loop's actions (dial, wait, report) until a
+// connection is up, which it returns with its Connected event, not yet
+// reported; or the loop fails, or ctx ends, or the supervision is closed.
+func (s *supervisor) drive(ctx context.Context, acts []redial.Action) (Conn, redial.Event, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -370,50 +370,83 @@ func (s *supervisor) dial(ctx context.Context, lost error) (Conn, error) {
 		case <-ctx.Done():
 		}
 	}()
-	prev := lost
-	for attempt := 1; ; attempt++ {
-		var delay time.Duration
-		if lost != nil || attempt > 1 {
-			delay = s.opts.Backoff.Delay(attempt, s.opts.Rand())
-			t := time.NewTimer(delay)
+	var conn Conn
+	var last error
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a.Kind {
+		case redial.Report:
+			switch a.Event.State {
+			case redial.Connected:
+				return conn, a.Event, nil
+			case redial.Failed:
+				s.fail(a.Event.Err)
+				return nil, a.Event, a.Event.Err
+			}
+			s.report(s.event(a.Event))
+		case redial.Wait:
+			t := time.NewTimer(a.Delay)
 			select {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return nil, s.giveUp(ctx, prev)
+				return nil, redial.Event{}, s.giveUp(ctx, last)
 			}
-		}
-		raw := s.opts.URLs[s.next%len(s.opts.URLs)]
-		s.next++
-		shown := Redact(raw)
-		s.report(ConnEvent{State: StateConnecting, URL: shown, Attempt: attempt, Delay: delay, Err: prev})
-		conn, err := s.opts.Dial(ctx, raw)
-		s.mu.Lock()
-		redeclare := s.redeclare
-		s.mu.Unlock()
-		if err == nil && redeclare != nil {
-			if err = redeclare(conn); err != nil {
-				_ = conn.Close()
-			}
-		}
-		if err == nil {
+			acts = append(acts, s.loop.TimerFired()...)
+		case redial.Dial:
+			raw := s.opts.URLs[a.URL]
+			shown := Redact(raw)
+			c, err := s.opts.Dial(ctx, raw)
 			s.mu.Lock()
-			s.url = shown
+			redeclare := s.redeclare
 			s.mu.Unlock()
-			return conn, nil
-		}
-		err = redactErr(err, raw)
-		if fatal(err) {
-			err = fmt.Errorf("%w: %s: %w", ErrConnectionFailed, shown, err)
-			s.fail(err)
-			return nil, err
-		}
-		s.logger.Warn("rabbitmq: could not connect", "url", shown, "attempt", attempt, "error", err.Error())
-		prev = fmt.Errorf("%s: %w", shown, err)
-		if ctx.Err() != nil {
-			return nil, s.giveUp(ctx, prev)
+			if err == nil && redeclare != nil {
+				if err = redeclare(c); err != nil {
+					_ = c.Close()
+				}
+			}
+			conn = c
+			isFatal := false
+			if err != nil {
+				err = redactErr(err, raw)
+				if isFatal = fatal(err); isFatal {
+					err = fmt.Errorf("%w: %s: %w", ErrConnectionFailed, shown, err)
+				} else {
+					s.logger.Warn("rabbitmq: could not connect", "url", shown, "error", err.Error())
+					err = fmt.Errorf("%s: %w", shown, err)
+				}
+				last, conn = err, nil
+			} else {
+				s.mu.Lock()
+				s.url = shown
+				s.mu.Unlock()
+			}
+			if err != nil && !isFatal && ctx.Err() != nil {
+				return nil, redial.Event{}, s.giveUp(ctx, last)
+			}
+			acts = append(acts, s.loop.DialDone(err, isFatal)...)
 		}
 	}
+	return nil, redial.Event{}, errors.New("rabbitmq: the reconnection loop stopped") // never: it always ends in a report
+}
+
+// event is the loop's event as OnState reports it, the URL redacted.
+func (s *supervisor) event(e redial.Event) ConnEvent {
+	ev := ConnEvent{Gen: e.Gen, Attempt: e.Attempt, Delay: e.Delay, Err: e.Err}
+	switch e.State {
+	case redial.Connecting:
+		ev.State, ev.URL = StateConnecting, Redact(s.opts.URLs[e.URL])
+	case redial.Connected:
+		ev.State, ev.URL = StateConnected, Redact(s.opts.URLs[e.URL])
+	case redial.Disconnected:
+		ev.State = StateDisconnected
+	case redial.Failed:
+		ev.State = StateFailed
+	case redial.Closed:
+		ev.State = StateClosed
+	}
+	return ev
 }
 
 func (s *supervisor) giveUp(ctx context.Context, last error) error {
@@ -442,18 +475,18 @@ func fatal(err error) bool {
 	return false
 }
 
-// setUp makes conn the current connection.
-func (s *supervisor) setUp(conn Conn) {
+// setUp makes conn the current connection, and reports it.
+func (s *supervisor) setUp(conn Conn, ev redial.Event) {
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
 	s.mu.Lock()
 	s.conn, s.closes = conn, closes
-	s.gen++
-	gen, shown := s.gen, s.url
+	s.gen = ev.Gen
+	shown := s.url
 	close(s.up)
 	s.down = make(chan struct{})
 	s.mu.Unlock()
-	s.logger.Info("rabbitmq: connected", "url", shown, "gen", gen)
-	s.report(ConnEvent{State: StateConnected, URL: shown, Gen: gen})
+	s.logger.Info("rabbitmq: connected", "url", shown, "gen", ev.Gen)
+	s.report(s.event(ev))
 }
 
 // run waits for the connection to drop, and reconnects, until close or a
@@ -472,7 +505,7 @@ func (s *supervisor) run() {
 			}
 		case <-s.stop:
 			_ = conn.Close()
-			s.report(ConnEvent{State: StateClosed, Gen: gen})
+			s.closed()
 			return
 		}
 		s.mu.Lock()
@@ -481,15 +514,21 @@ func (s *supervisor) run() {
 		close(s.down)
 		s.mu.Unlock()
 		s.logger.Warn("rabbitmq: connection lost: reconnecting", "gen", gen, "error", cause.Error())
-		s.report(ConnEvent{State: StateDisconnected, Gen: gen, Err: cause})
-		next, err := s.dial(context.Background(), cause)
+		next, ev, err := s.drive(context.Background(), s.loop.Lost(cause))
 		if err != nil {
 			if errors.Is(err, ErrBackendClosed) {
-				s.report(ConnEvent{State: StateClosed, Gen: gen})
+				s.closed()
 			}
 			return
 		}
-		s.setUp(next)
+		s.setUp(next, ev)
+	}
+}
+
+// closed reports StateClosed, once.
+func (s *supervisor) closed() {
+	for _, a := range s.loop.Close() {
+		s.report(s.event(a.Event))
 	}
 }
 
@@ -501,6 +540,7 @@ func (s *supervisor) fail(err error) {
 	s.mu.Unlock()
 	s.logger.Error("rabbitmq: connection failed for good", "error", err.Error())
 	s.report(ConnEvent{State: StateFailed, Err: err})
+	s.loop.Close() // nothing more to report: failed is the end
 }
 
 func (s *supervisor) report(e ConnEvent) {

@@ -56,12 +56,10 @@
 // head-of-line blocking.
 //
 // After a broker restart or an outage, the producer and every worker dial
-// again after rabbitmq.Backoff's waits (its defaults, jitter from the
-// seed) until the broker is back, as a supervised backend (rabbitmq.Connect)
-// does; jobs that arrive meanwhile wait for the producer, as Enqueue does.
-// The simulator carries out that redial loop itself: rabbitmq.Connect's
-// supervisor runs on goroutines and the wall clock, which a deterministic
-// run cannot drive (docs/worker-core.md, "Left open").
+// again until the broker is back, each with the reconnection loop that
+// rabbitmq.Connect's supervisor runs (internal/redial: rabbitmq.Backoff's
+// defaults, jitter drawn from the seed), its waits on the virtual clock.
+// Jobs that arrive meanwhile wait for the producer, as Enqueue does.
 //
 // Each simulated worker process settles its deliveries with the worker
 // core that queuey.Worker.Run drives (internal/workercore): the same code

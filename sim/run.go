@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/queuey/queuey/internal/redial"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/internal/workerrules"
 	"github.com/queuey/queuey/membroker"
@@ -222,6 +223,8 @@ type runner struct {
 	producerBack *rabbitmq.Backend
 	producer     *queuey.Producer
 	producerDown bool     // its connection is gone: arrivals wait
+	producerDial *redial.Core
+	producerGen  uint64 // producer reconnection loops so far
 	waiting      []uint64 // jobs that arrived while it was down, in order
 	enqueuing    uint64   // the job it is enqueueing: the ID NewID gives
 	configs      []queuey.QueueConfig
@@ -296,6 +299,10 @@ type worker struct {
 	// kept across its reconnections, gone when it dies.
 	core    *workerrules.Core[*simDelivery]
 	connGen workercore.Gen // connections so far: the core's generation of the current one
+	// dial is the process's reconnection loop (internal/redial, the code
+	// rabbitmq.Connect runs), made when it reconnects; nil before.
+	dial  *redial.Core
+	dials uint64 // processes so far, which keys its jitter draws
 	// restart is how long the process stays down after its next crash;
 	// defaults to a second.
 	restart time.Duration
@@ -1379,18 +1386,23 @@ func (r *runner) noteRequeues(w *worker) {
 	}
 }
 
+// restart has worker w's process connect again: its first attempt at
+// once, then as the reconnection loop says while the broker is
+// unreachable.
 func (r *runner) restart(w *worker) {
-	if r.clk.Now().Before(r.unreachable) {
-		// The broker is down: the process dials again after the backoff.
-		r.emit(Event{Kind: EvDialFailed, Queue: w.q.spec.Name, Worker: w.idx, Attempt: 1})
-		r.redial(w, 2, w.gen)
-		return
-	}
+	w.dials++
+	w.dial = r.newLoop(uint64(w.q.idx)<<40 | uint64(w.idx)<<20 | w.dials)
+	r.runWorkerLoop(w, w.dial, w.gen, w.dial.Start())
+}
+
+// connectWorker is one dial of worker w's reconnection loop.
+func (r *runner) connectWorker(w *worker) error {
 	if err := r.startWorker(w); err != nil {
 		r.failf("restarting worker %d of %s: %v", w.idx, w.q.spec.Name, err)
-		return
+		return nil
 	}
 	r.emit(Event{Kind: EvRestart, Queue: w.q.spec.Name, Worker: w.idx})
+	return nil
 }
 
 // brokerDown restarts the broker (FaultRestart) or cuts it off
@@ -1437,14 +1449,26 @@ func (r *runner) brokerDown(f Fault) {
 	}
 	for _, w := range up {
 		r.connectionLost(w)
-		r.redial(w, 1, w.gen)
+		if w.dial == nil { // up since the run began: its loop starts now
+			w.dials++
+			w.dial = r.newLoop(uint64(w.q.idx)<<40 | uint64(w.idx)<<20 | w.dials)
+			w.dial.Start()
+			w.dial.DialDone(nil, false)
+		}
+		r.runWorkerLoop(w, w.dial, w.gen, w.dial.Lost(errBrokerDown))
 	}
 	if !r.producerDown {
 		// As for a dropped worker, wait for the backend to see it.
 		<-r.producerBack.Done()
 		_ = r.producerBack.Close()
 		r.producerDown = true
-		r.redialProducer(1)
+		if r.producerDial == nil {
+			r.producerGen++
+			r.producerDial = r.newLoop(1<<62 | r.producerGen)
+			r.producerDial.Start()
+			r.producerDial.DialDone(nil, false)
+		}
+		r.runProducerLoop(r.producerDial, r.producerDial.Lost(errBrokerDown))
 	}
 	r.clk.AfterFunc(span, func() {
 		if !r.clk.Now().Before(r.unreachable) {
@@ -1452,6 +1476,13 @@ func (r *runner) brokerDown(f Fault) {
 		}
 	})
 }
+
+// errBrokerDown is why connections go in a restart or an outage, and
+// errUnreachable why dials fail until it is over.
+var (
+	errBrokerDown  = errors.New("sim: the broker restarts or is unreachable")
+	errUnreachable = errors.New("sim: connection refused: the broker is unreachable")
+)
 
 // connectionLost is a worker process whose connection the broker closed:
 // its core drops what it cannot settle any more, and it waits to redial.
@@ -1469,54 +1500,79 @@ func (r *runner) connectionLost(w *worker) {
 	_ = w.back.Close()
 }
 
-// backoff is the wait before reconnection attempt n of process key:
-// rabbitmq.Backoff's defaults, its jitter drawn from the seed.
-func (r *runner) backoff(key uint64, n int) time.Duration {
-	return rabbitmq.Backoff{}.Delay(n, r.draw(key, uint64(n), streamBackoff))
+// newLoop is a reconnection loop with rabbitmq.Backoff's defaults, its
+// jitter drawn from the seed under key.
+func (r *runner) newLoop(key uint64) *redial.Core {
+	var n uint64
+	return redial.New(1, redial.Backoff{Initial: rabbitmq.DefaultBackoffInitial, Max: rabbitmq.DefaultBackoffMax},
+		func() float64 { n++; return r.draw(key, n, streamBackoff) })
 }
 
-// redial has worker w (of process generation gen) dial again after the
-// backoff of attempt n.
-func (r *runner) redial(w *worker, n, gen int) {
-	key := uint64(w.q.idx)<<40 | uint64(w.idx)<<20 | uint64(w.connGen)
-	r.clk.AfterFunc(r.backoff(key, n), func() {
-		if w.gen != gen || w.up {
-			return // crashed meanwhile: that crash restarts it
-		}
-		if r.clk.Now().Before(r.unreachable) {
-			r.emit(Event{Kind: EvDialFailed, Queue: w.q.spec.Name, Worker: w.idx, Attempt: n})
-			r.redial(w, n+1, gen)
-			return
-		}
-		r.restart(w)
-	})
-}
-
-// redialProducer has the producer dial again after the backoff of attempt
-// n; once connected, the jobs that arrived meanwhile go out in order.
-func (r *runner) redialProducer(n int) {
-	r.clk.AfterFunc(r.backoff(1<<62|uint64(len(r.waiting)), n), func() {
-		if !r.producerDown {
-			return
-		}
-		if r.clk.Now().Before(r.unreachable) {
-			r.emit(Event{Kind: EvDialFailed, Worker: -1, Attempt: n})
-			r.redialProducer(n + 1)
-			return
-		}
-		if err := r.connectProducer(); err != nil {
-			r.failf("reconnecting the producer: %v", err)
-			return
-		}
-		r.emit(Event{Kind: EvRestart, Worker: -1, Detail: "producer"})
-		waiting := r.waiting
-		r.waiting = nil
-		for _, n := range waiting {
-			if j := r.job(n); j != nil {
-				r.enqueue(j.q, n)
+// runLoop carries out a reconnection loop's actions on the virtual clock:
+// a Wait becomes a timer, a Dial fails while the broker is unreachable and
+// otherwise calls connect. alive says whether the loop is still its
+// process's (a crash replaces it); failed traces a failed attempt.
+func (r *runner) runLoop(loop *redial.Core, acts []redial.Action, alive func() bool, connect func() error, failed func(attempt int)) {
+	attempt := 0
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a.Kind {
+		case redial.Report:
+			if a.Event.State == redial.Connecting {
+				attempt = a.Event.Attempt
 			}
+		case redial.Wait:
+			r.clk.AfterFunc(a.Delay, func() {
+				if alive() {
+					r.runLoop(loop, loop.TimerFired(), alive, connect, failed)
+				}
+			})
+		case redial.Dial:
+			err := errUnreachable
+			if !r.clk.Now().Before(r.unreachable) {
+				err = connect()
+			}
+			if err != nil {
+				failed(attempt)
+			}
+			acts = append(acts, loop.DialDone(err, false)...)
 		}
-	})
+	}
+}
+
+// runWorkerLoop runs worker w's reconnection loop (its process of
+// generation gen).
+func (r *runner) runWorkerLoop(w *worker, loop *redial.Core, gen int, acts []redial.Action) {
+	r.runLoop(loop, acts,
+		func() bool { return w.gen == gen && w.dial == loop && !w.up },
+		func() error { return r.connectWorker(w) },
+		func(attempt int) {
+			r.emit(Event{Kind: EvDialFailed, Queue: w.q.spec.Name, Worker: w.idx, Attempt: attempt})
+		})
+}
+
+// runProducerLoop runs the producer's reconnection loop; once connected,
+// the jobs that arrived meanwhile go out in order.
+func (r *runner) runProducerLoop(loop *redial.Core, acts []redial.Action) {
+	r.runLoop(loop, acts,
+		func() bool { return r.producerDial == loop && r.producerDown },
+		func() error {
+			if err := r.connectProducer(); err != nil {
+				r.failf("reconnecting the producer: %v", err)
+				return nil
+			}
+			r.emit(Event{Kind: EvRestart, Worker: -1, Detail: "producer"})
+			waiting := r.waiting
+			r.waiting = nil
+			for _, n := range waiting {
+				if j := r.job(n); j != nil {
+					r.enqueue(j.q, n)
+				}
+			}
+			return nil
+		},
+		func(attempt int) { r.emit(Event{Kind: EvDialFailed, Worker: -1, Attempt: attempt}) })
 }
 
 // reconnectAdmin gives the harness a fresh admin channel after a restart,

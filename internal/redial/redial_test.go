@@ -1,0 +1,73 @@
+package redial
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func show(acts []Action) string {
+	var parts []string
+	for _, a := range acts {
+		switch a.Kind {
+		case Dial:
+			parts = append(parts, fmt.Sprintf("dial %d", a.URL))
+		case Wait:
+			parts = append(parts, "wait "+a.Delay.String())
+		case Report:
+			e := a.Event
+			parts = append(parts, fmt.Sprintf("%s(url %d, gen %d, attempt %d, after %s)", e.State, e.URL, e.Gen, e.Attempt, e.Delay))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func expect(t *testing.T, step string, got []Action, want string) {
+	t.Helper()
+	if s := show(got); s != want {
+		t.Fatalf("%s:\n got %s\nwant %s", step, s, want)
+	}
+}
+
+var refused = errors.New("connection refused")
+
+// The loop dials the URLs in turn, waits the full-jitter backoff between
+// attempts (capped), and starts over after each connection it loses.
+func TestTheLoop(t *testing.T) {
+	c := New(2, Backoff{Initial: 100 * time.Millisecond, Max: 300 * time.Millisecond}, func() float64 { return 0.5 })
+	expect(t, "start", c.Start(), "connecting(url 0, gen 0, attempt 1, after 0s); dial 0")
+	expect(t, "refused", c.DialDone(refused, false), "wait 100ms")
+	expect(t, "timer", c.TimerFired(), "connecting(url 1, gen 0, attempt 2, after 100ms); dial 1")
+	expect(t, "refused", c.DialDone(refused, false), "wait 150ms")
+	c.TimerFired()
+	expect(t, "refused, capped", c.DialDone(refused, false), "wait 150ms")
+	c.TimerFired()
+	expect(t, "up", c.DialDone(nil, false), "connected(url 1, gen 1, attempt 0, after 0s)")
+	expect(t, "lost", c.Lost(refused), "disconnected(url 0, gen 1, attempt 0, after 0s); wait 50ms")
+	expect(t, "timer", c.TimerFired(), "connecting(url 0, gen 0, attempt 1, after 50ms); dial 0")
+	expect(t, "up again", c.DialDone(nil, false), "connected(url 0, gen 2, attempt 0, after 0s)")
+	expect(t, "close", c.Close(), "closed(url 0, gen 2, attempt 0, after 0s)")
+	expect(t, "close again", c.Close(), "")
+}
+
+func TestAFatalRefusalEndsTheLoop(t *testing.T) {
+	c := New(1, Backoff{Initial: time.Second, Max: time.Minute}, func() float64 { return 0 })
+	c.Start()
+	expect(t, "fatal", c.DialDone(errors.New("ACCESS_REFUSED"), true), "failed(url 0, gen 0, attempt 0, after 0s)")
+	expect(t, "close after", c.Close(), "")
+}
+
+func TestBackoffDelay(t *testing.T) {
+	b := Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second}
+	for n, want := range map[int]time.Duration{0: 50 * time.Millisecond, 1: 50 * time.Millisecond, 2: 100 * time.Millisecond,
+		9: 12800 * time.Millisecond, 10: 15 * time.Second, 100: 15 * time.Second} {
+		if got := b.Delay(n, 0.5); got != want {
+			t.Errorf("Delay(%d, 0.5) = %s, want %s", n, got, want)
+		}
+	}
+	if got := b.Delay(5, 0); got != 0 {
+		t.Errorf("Delay(5, 0) = %s", got)
+	}
+}
