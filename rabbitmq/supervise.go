@@ -288,7 +288,7 @@ type supervisor struct {
 	down    chan struct{} // closed when conn goes; replaced when one is up
 	closes  chan *amqp.Error
 	failed  error // StateFailed's error; the supervision is over
-	running bool // run has started
+	running bool  // run has started
 
 	stop     chan struct{} // closed by close
 	stopOnce sync.Once

@@ -222,9 +222,9 @@ type runner struct {
 	producerConn *membroker.Connection
 	producerBack *rabbitmq.Backend
 	producer     *queuey.Producer
-	producerDown bool     // its connection is gone: arrivals wait
+	producerDown bool // its connection is gone: arrivals wait
 	producerDial *redial.Core
-	producerGen  uint64 // producer reconnection loops so far
+	producerGen  uint64   // producer reconnection loops so far
 	waiting      []uint64 // jobs that arrived while it was down, in order
 	enqueuing    uint64   // the job it is enqueueing: the ID NewID gives
 	configs      []queuey.QueueConfig
