@@ -1,0 +1,373 @@
+// Fault injection: crashes, dropped connections, refused hold queues,
+// broker restarts and outages, and the reconnection loops that bring the
+// producer and the workers back (internal/redial).
+
+package sim
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/queuey/queuey/internal/redial"
+	"github.com/queuey/queuey/rabbitmq"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func (r *runner) fault(f Fault) {
+	q := r.byName[f.Queue]
+	switch f.Kind {
+	case FaultCrash:
+		w := q.workers[f.Worker]
+		if w.up {
+			w.restart = f.Restart.D()
+			r.crash(w, "injected crash")
+		}
+	case FaultDrop:
+		w := q.workers[f.Worker]
+		if !w.up {
+			return
+		}
+		r.emit(Event{Kind: EvDrop, Queue: q.spec.Name, Worker: w.idx})
+		r.noteRequeues(w)
+		r.broker.CloseConnection(w.conn, nil)
+		// The backend learns of the drop on its publisher's goroutine;
+		// until it has, a publish would still reach the broker (and bring
+		// it up to the clock). Waiting for it keeps the run deterministic.
+		<-w.rb.Done()
+		if lb, ok := w.back.(*legacyBackend); ok {
+			<-lb.pub.Done()
+		}
+		w.up = false
+		old := w.back
+		oldSub := w.sub
+		w.sub = nil
+		// The core learns its connection is gone: what waits to be
+		// requeued is dropped now, what runs when it reports.
+		var buf [4]simAction
+		r.exec(w, w.core.ConnectionLost(buf[:0], oldSub.gen))
+		// The process lives on and reconnects after Restart; its handlers
+		// still running finish and fail to settle. If one of them kills
+		// the process first, the crash's own restart replaces this one.
+		gen := w.gen
+		r.clk.AfterFunc(f.Restart.D(), func() {
+			oldSub.dead = true
+			_ = old.Close()
+			if w.gen == gen {
+				r.restart(w)
+			}
+		})
+	case FaultRestart, FaultOutage:
+		r.brokerDown(f)
+	case FaultRefuseHold:
+		ttl, _ := r.top.RetryTTL(f.TTL.D())
+		r.refuseHold(q, r.top.HoldQueue(q.spec.Name, ttl), ttl, r.clk.Now().Add(f.For.D()))
+	}
+}
+
+// crash kills a worker process: its handlers vanish with it and the broker
+// requeues its unacknowledged deliveries when the connection drops.
+func (r *runner) crash(w *worker, why string) {
+	r.emit(Event{Kind: EvCrash, Queue: w.q.spec.Name, Worker: w.idx, Detail: why})
+	w.gen++
+	r.noteRequeues(w)
+	r.broker.CloseConnection(w.conn, nil) // a no-op if a drop closed it already
+	r.stopWorker(w)
+	gen := w.gen
+	r.clk.AfterFunc(w.restartAfter(), func() {
+		if w.gen == gen { // not crashed again since: only the last crash restarts it
+			r.restart(w)
+		}
+	})
+}
+
+// noteRequeues counts, for each job a dying connection holds, a return
+// toward the quorum delivery limit and a possible duplicate.
+func (r *runner) noteRequeues(w *worker) {
+	if w.sub == nil {
+		return
+	}
+	// Bring the broker up to now first: a hold expiring at this instant is
+	// released, and may be delivered to this very worker, before the
+	// connection closes. Deliveries the worker has not taken yet go back
+	// with the connection too.
+	r.broker.Queue(w.q.spec.Name)
+	var d amqp.Delivery
+	for w.sub.pending > 0 {
+		if !receiveNow(&d, w.sub.in) {
+			break
+		}
+		w.sub.pending--
+		if j := r.job(jobNumber(d.MessageId)); j != nil {
+			j.returns++
+			j.explain++
+			if !d.Redelivered && len(j.delivered) > 0 {
+				// Checked against its expectation when the broker handed it
+				// over; the worker will never decode it.
+				j.delivered = popFront(j.delivered)
+			}
+		}
+	}
+	for _, n := range w.sub.held {
+		if j := r.job(n); j != nil {
+			j.returns++
+			j.explain++
+		}
+	}
+}
+
+// restart has worker w's process connect again: its first attempt at
+// once, then as the reconnection loop says while the broker is
+// unreachable.
+func (r *runner) restart(w *worker) {
+	w.dials++
+	w.dial = r.newLoop(uint64(w.q.idx)<<40 | uint64(w.idx)<<20 | w.dials)
+	r.runWorkerLoop(w, w.dial, w.gen, w.dial.Start())
+}
+
+// connectWorker is one dial of worker w's reconnection loop.
+func (r *runner) connectWorker(w *worker) error {
+	if err := r.startWorker(w); err != nil {
+		r.failf("restarting worker %d of %s: %v", w.idx, w.q.spec.Name, err)
+		return nil
+	}
+	r.emit(Event{Kind: EvRestart, Queue: w.q.spec.Name, Worker: w.idx})
+	return nil
+}
+
+// brokerDown restarts the broker (FaultRestart) or cuts it off
+// (FaultOutage): every connection of queuey's goes, and dials fail until
+// the broker is back. The producer and the workers then reconnect as a
+// supervised backend does, after rabbitmq.Backoff's waits, drawn from the
+// seed; each worker's core learns its connection is gone.
+func (r *runner) brokerDown(f Fault) {
+	span, what := f.For.D(), "outage"
+	if f.Kind == FaultRestart {
+		span, what = f.Restart.D(), "restart"
+	}
+	if until := r.clk.Now().Add(span); until.After(r.unreachable) {
+		r.unreachable = until
+	}
+	r.emit(Event{Kind: EvBrokerDown, Worker: -1, Detail: what + " for " + span.String()})
+	var up []*worker
+	for _, q := range r.queues {
+		r.audit(q) // what was dead-lettered before: the audit channel may go
+		for _, w := range q.workers {
+			if w.up {
+				r.noteRequeues(w)
+				up = append(up, w)
+			}
+		}
+	}
+	if f.Kind == FaultRestart {
+		r.restarting = true
+		r.broker.Restart()
+		r.restarting = false
+		r.reconnectAdmin() // the harness's own connection, not queuey's: back at once
+	} else {
+		// Closed one after another, a connection's returns may be handed
+		// to a consumer whose connection closes next: bounces, as in a
+		// restart.
+		r.restarting = true
+		for _, w := range up {
+			r.broker.CloseConnection(w.conn, nil)
+		}
+		if !r.producerDown {
+			r.broker.CloseConnection(r.producerConn, nil)
+		}
+		r.restarting = false
+	}
+	for _, w := range up {
+		r.connectionLost(w)
+		if w.dial == nil { // up since the run began: its loop starts now
+			w.dials++
+			w.dial = r.newLoop(uint64(w.q.idx)<<40 | uint64(w.idx)<<20 | w.dials)
+			w.dial.Start()
+			w.dial.DialDone(nil, false)
+		}
+		r.runWorkerLoop(w, w.dial, w.gen, w.dial.Lost(errBrokerDown))
+	}
+	if !r.producerDown {
+		// As for a dropped worker, wait for the backend to see it.
+		<-r.producerBack.Done()
+		_ = r.producerBack.Close()
+		r.producerDown = true
+		if r.producerDial == nil {
+			r.producerGen++
+			r.producerDial = r.newLoop(1<<62 | r.producerGen)
+			r.producerDial.Start()
+			r.producerDial.DialDone(nil, false)
+		}
+		r.runProducerLoop(r.producerDial, r.producerDial.Lost(errBrokerDown))
+	}
+	r.clk.AfterFunc(span, func() {
+		if !r.clk.Now().Before(r.unreachable) {
+			r.emit(Event{Kind: EvBrokerUp, Worker: -1})
+		}
+	})
+}
+
+// errBrokerDown is why connections go in a restart or an outage, and
+// errUnreachable why dials fail until it is over.
+var (
+	errBrokerDown  = errors.New("sim: the broker restarts or is unreachable")
+	errUnreachable = errors.New("sim: connection refused: the broker is unreachable")
+)
+
+// connectionLost is a worker process whose connection the broker closed:
+// its core drops what it cannot settle any more, and it waits to redial.
+func (r *runner) connectionLost(w *worker) {
+	<-w.rb.Done() // the backend learns of the close on its publisher's goroutine
+	if lb, ok := w.back.(*legacyBackend); ok {
+		<-lb.pub.Done()
+	}
+	w.up = false
+	sub := w.sub
+	w.sub = nil
+	var buf [4]simAction
+	r.exec(w, w.core.ConnectionLost(buf[:0], sub.gen))
+	sub.dead = true
+	_ = w.back.Close()
+}
+
+// newLoop is a reconnection loop with rabbitmq.Backoff's defaults, its
+// jitter drawn from the seed under key.
+func (r *runner) newLoop(key uint64) *redial.Core {
+	var n uint64
+	return redial.New(1, redial.Backoff{Initial: rabbitmq.DefaultBackoffInitial, Max: rabbitmq.DefaultBackoffMax},
+		func() float64 { n++; return r.draw(key, n, streamBackoff) })
+}
+
+// runLoop carries out a reconnection loop's actions on the virtual clock:
+// a Wait becomes a timer, a Dial fails while the broker is unreachable and
+// otherwise calls connect. alive says whether the loop is still its
+// process's (a crash replaces it); failed traces a failed attempt.
+func (r *runner) runLoop(loop *redial.Core, acts []redial.Action, alive func() bool, connect func() error, failed func(attempt int)) {
+	attempt := 0
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a.Kind {
+		case redial.Report:
+			if a.Event.State == redial.Connecting {
+				attempt = a.Event.Attempt
+			}
+		case redial.Wait:
+			r.clk.AfterFunc(a.Delay, func() {
+				if alive() {
+					r.runLoop(loop, loop.TimerFired(), alive, connect, failed)
+				}
+			})
+		case redial.Dial:
+			err := errUnreachable
+			if !r.clk.Now().Before(r.unreachable) {
+				err = connect()
+			}
+			if err != nil {
+				failed(attempt)
+			}
+			acts = append(acts, loop.DialDone(err, false)...)
+		}
+	}
+}
+
+// runWorkerLoop runs worker w's reconnection loop (its process of
+// generation gen).
+func (r *runner) runWorkerLoop(w *worker, loop *redial.Core, gen int, acts []redial.Action) {
+	r.runLoop(loop, acts,
+		func() bool { return w.gen == gen && w.dial == loop && !w.up },
+		func() error { return r.connectWorker(w) },
+		func(attempt int) {
+			r.emit(Event{Kind: EvDialFailed, Queue: w.q.spec.Name, Worker: w.idx, Attempt: attempt})
+		})
+}
+
+// runProducerLoop runs the producer's reconnection loop; once connected,
+// the jobs that arrived meanwhile go out in order.
+func (r *runner) runProducerLoop(loop *redial.Core, acts []redial.Action) {
+	r.runLoop(loop, acts,
+		func() bool { return r.producerDial == loop && r.producerDown },
+		func() error {
+			if err := r.connectProducer(); err != nil {
+				r.failf("reconnecting the producer: %v", err)
+				return nil
+			}
+			r.emit(Event{Kind: EvRestart, Worker: -1, Detail: "producer"})
+			waiting := r.waiting
+			r.waiting = nil
+			for _, n := range waiting {
+				if j := r.job(n); j != nil {
+					r.enqueue(j.q, n)
+				}
+			}
+			return nil
+		},
+		func(attempt int) { r.emit(Event{Kind: EvDialFailed, Worker: -1, Attempt: attempt}) })
+}
+
+// reconnectAdmin gives the harness a fresh admin channel after a restart,
+// and consumes the dead-letter queues on it again.
+func (r *runner) reconnectAdmin() {
+	conn, err := r.broker.Dial()
+	if err == nil {
+		r.adminConn = conn
+		r.admin, err = conn.Channel()
+	}
+	if err != nil {
+		r.failf("reconnecting the admin channel: %v", err)
+		return
+	}
+	for _, q := range r.queues {
+		if err := r.auditQueue(q); err != nil {
+			r.failf("%v", err)
+		}
+	}
+}
+
+func (r *runner) refuseHold(q *simQueue, name string, ttl int64, until time.Time) {
+	if !r.clk.Now().Before(until) {
+		return
+	}
+	if _, exists := r.broker.Queue(name); exists {
+		// In use: a real squatter would have to wait too. Try again soon.
+		r.clk.AfterFunc(time.Second, func() { r.refuseHold(q, name, ttl, until) })
+		return
+	}
+	r.squatted[name] = true // not one of queuey's hold queues: invariant 7 does not count it
+	if _, err := r.admin.QueueDeclare(name, true, false, false, false, amqp.Table{
+		"x-queue-type": "classic", "x-message-ttl": ttl,
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q.spec.Name,
+	}); err != nil {
+		r.failf("squatting %s: %v", name, err)
+		return
+	}
+	r.emit(Event{Kind: EvRefuse, Queue: name, Worker: -1, Detail: "on"})
+	r.clk.AfterFunc(until.Sub(r.clk.Now()), func() {
+		if _, err := r.admin.QueueDelete(name, false, true, false); err != nil {
+			r.failf("removing the squatter %s: %v", name, err)
+			return
+		}
+		delete(r.squatted, name)
+		r.emit(Event{Kind: EvRefuse, Queue: name, Worker: -1, Detail: "off"})
+	})
+}
+
+// settleFailure describes a failed broker call for the trace. Only what
+// the broker decided synchronously goes in: a refusal's code and text. A
+// call failing because its connection is gone says only that, since the
+// backend's error text then depends on whether its publisher's watcher
+// goroutine has seen the close yet.
+func settleFailure(err error) string {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+		s := ae.Error()
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			s = s[:i]
+		}
+		return "refused: " + s
+	}
+	if errors.Is(err, rabbitmq.ErrReturned) {
+		return "returned: the queue does not exist"
+	}
+	return "the connection is gone"
+}
