@@ -69,7 +69,9 @@ type Options struct {
 	// backend logs it at WARN, and a publish whose wait for its confirm ends
 	// says so: its error wraps ErrPublishingBlocked, with the broker's
 	// reason, besides queuey.ErrMaybeEnqueued. The backend stops reading it
-	// at Close. Defaults to nil: the backend does not know.
+	// at Close. Defaults to nil: the backend does not know. A backend made
+	// by Connect needs none: it follows connection.blocked on each
+	// connection it makes, when the connection reports it (amqp091's do).
 	Blocked <-chan amqp.Blocking
 
 	// Logger receives declarations at DEBUG and refused declarations, a
@@ -237,6 +239,15 @@ func newBackend(open func() (Channel, error), opts Options, sup *supervisor) (*B
 		go b.watchBlocked(opts.Blocked)
 	}
 	return b, nil
+}
+
+// watchBlockedOf follows notes, a new connection's connection.blocked, on
+// a goroutine of its own; a connection that goes unblocks what it blocked.
+func (b *Backend) watchBlockedOf(notes <-chan amqp.Blocking) {
+	go func() {
+		b.watchBlocked(notes)
+		b.blocked.Store(nil)
+	}()
 }
 
 // watchBlocked follows the broker blocking and unblocking publishing until

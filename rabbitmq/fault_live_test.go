@@ -87,3 +87,32 @@ func TestLiveFaultMemoryAlarmBlocksPublishers(t *testing.T) {
 		t.Fatalf("a publish after the alarm: %v", err)
 	}
 }
+
+// A supervised backend follows connection.blocked on its own connection:
+// no Options.Blocked needed.
+func TestLiveFaultMemoryAlarmOnASupervisedConnection(t *testing.T) {
+	url := os.Getenv("AMQP_URL")
+	if url == "" {
+		t.Skip("AMQP_URL not set: skipping a test that needs a live RabbitMQ (scripts/rabbitmq start)")
+	}
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4") // skips without QUEUEY_RABBITMQCTL
+	b, err := Connect(t.Context(), ConnectOptions{URLs: []string{url}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r := newLiveRig(t, Options{})
+	q := r.queue()
+	if err := b.Declare(t.Context(), queuey.QueueConfig{Name: q}); err != nil {
+		t.Fatal(err)
+	}
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "absolute", "1MB")
+	defer rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	err = b.Publish(ctx, testJob(q, "during-the-alarm", 0), 0, queuey.HoldRetry)
+	t.Logf("publish during the alarm: %v", err)
+	if !errors.Is(err, queuey.ErrMaybeEnqueued) || !errors.Is(err, ErrPublishingBlocked) {
+		t.Fatalf("a publish timing out during a memory alarm: %v; want queuey.ErrMaybeEnqueued and ErrPublishingBlocked", err)
+	}
+}

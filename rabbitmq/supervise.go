@@ -55,6 +55,20 @@ func (a adapted[C, K]) NotifyClose(r chan *amqp.Error) chan *amqp.Error { return
 func (a adapted[C, K]) IsClosed() bool                                  { return a.k.IsClosed() }
 func (a adapted[C, K]) Close() error                                    { return a.k.Close() }
 
+// NotifyBlocked is the connection's, if it has one (amqp091's does); nil
+// otherwise.
+func (a adapted[C, K]) NotifyBlocked(r chan amqp.Blocking) chan amqp.Blocking {
+	if b, ok := any(a.k).(blocker); ok {
+		return b.NotifyBlocked(r)
+	}
+	return nil
+}
+
+// blocker is a connection that reports connection.blocked.
+type blocker interface {
+	NotifyBlocked(receiver chan amqp.Blocking) chan amqp.Blocking
+}
+
 // Dialer opens a connection to url. It should give up when ctx ends.
 type Dialer func(ctx context.Context, url string) (Conn, error)
 
@@ -265,8 +279,11 @@ func Connect(ctx context.Context, copts ConnectOptions, opts Options) (*Backend,
 	}
 	s.mu.Lock()
 	s.redeclare = b.redeclare
+	s.watch = b.watchBlockedOf
 	s.running = true
+	conn := s.conn
 	s.mu.Unlock()
+	s.watchBlocked(conn)
 	go s.run()
 	return b, nil
 }
@@ -276,6 +293,9 @@ type supervisor struct {
 	opts      ConnectOptions
 	logger    *slog.Logger
 	redeclare func(Conn) error // set before run starts
+	// watch, set with redeclare, follows connection.blocked on each new
+	// connection that reports it (see Options.Blocked).
+	watch func(<-chan amqp.Blocking)
 	// loop decides whom to dial and when (internal/redial, the code the
 	// simulator runs too). Connect's goroutine drives it, then run's.
 	loop *redial.Core
@@ -486,7 +506,23 @@ func (s *supervisor) setUp(conn Conn, ev redial.Event) {
 	s.down = make(chan struct{})
 	s.mu.Unlock()
 	s.logger.Info("rabbitmq: connected", "url", shown, "gen", ev.Gen)
+	s.watchBlocked(conn)
 	s.report(s.event(ev))
+}
+
+// watchBlocked has the backend follow connection.blocked on conn, if conn
+// reports it and the backend is running.
+func (s *supervisor) watchBlocked(conn Conn) {
+	s.mu.Lock()
+	watch := s.watch
+	s.mu.Unlock()
+	b, ok := conn.(blocker)
+	if watch == nil || !ok {
+		return
+	}
+	if notes := b.NotifyBlocked(make(chan amqp.Blocking, 1)); notes != nil {
+		watch(notes)
+	}
 }
 
 // run waits for the connection to drop, and reconnects, until close or a
