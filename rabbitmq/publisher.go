@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"strconv"
 	"sync"
 
@@ -470,6 +472,14 @@ func (p *Publisher) publishFailed(ctx context.Context, queue string, err error) 
 		case <-ctx.Done():
 			return fmt.Errorf("%w: publish to queue %q: %w", ErrPublisherClosed, queue, err)
 		}
+	}
+	if _, ok := errors.AsType[*net.OpError](err); ok || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// The write failed on the wire (the broker died, or the network
+		// under it): part of the message may have reached the broker, and
+		// the connection is going. Seen live with a kill -9 of the node:
+		// "write: connection reset by peer".
+		return fmt.Errorf("%w: publish to queue %q: the connection failed while the message was being written: %w",
+			queuey.ErrMaybeEnqueued, queue, err)
 	}
 	return fmt.Errorf("rabbitmq: publish to queue %q: %w", queue, err)
 }

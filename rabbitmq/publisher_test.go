@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/benbjohnson/clock"
@@ -883,4 +885,25 @@ func TestPublisherRefusedByClient(t *testing.T) {
 			t.Errorf("queue holds %v, want the good message with publish id 1", got)
 		}
 	})
+}
+
+// resettingChannel fails every write as a TCP connection reset would: the
+// broker was killed while the message was on its way.
+type resettingChannel struct{ Channel }
+
+func (resettingChannel) PublishWithContext(ctx context.Context, exchange, key string, mandatory, immediate bool, msg amqp.Publishing) error {
+	return &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
+}
+
+// A write that fails on the wire may have reached the broker in part: the
+// error says the job may have been enqueued (seen live with a kill -9).
+func TestPublisherWriteResetMayHaveEnqueued(t *testing.T) {
+	b := membroker.New(membroker.Config{Clock: clock.NewMock(), Version: membroker.RabbitMQ40})
+	conn, _ := b.Dial()
+	ch, _ := conn.Channel()
+	p := newTestPublisher(t, resettingChannel{ch}, nil)
+	err := p.Publish(t.Context(), "q", msg("x"))
+	if !errors.Is(err, queuey.ErrMaybeEnqueued) || !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("publish over a reset connection: %v; want queuey.ErrMaybeEnqueued wrapping ECONNRESET", err)
+	}
 }
