@@ -951,8 +951,8 @@ type consumer struct {
 	in     <-chan amqp.Delivery
 	closes chan *amqp.Error
 	out    chan queuey.Delivery
-	// ctx ends at Close: a resubscription waiting for the connection
-	// gives up.
+	// ctx ends at Cancel or Close: a resubscription waiting for the
+	// connection gives up.
 	ctx       context.Context
 	cancelCtx context.CancelFunc
 
@@ -1014,6 +1014,7 @@ func (c *consumer) Err() error {
 // an error.
 func (c *consumer) Cancel() error {
 	c.cancelled.Store(true)
+	c.cancelCtx() // a resubscription waiting for the connection gives up: the end is ours
 	select {
 	case <-c.done:
 		return nil

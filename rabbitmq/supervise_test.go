@@ -465,3 +465,34 @@ func TestWorkerRunSurvivesADroppedConnection(t *testing.T) {
 		}
 	})
 }
+
+// A worker stopped while the broker is unreachable returns: its
+// subscriptions waiting to resume give up, rather than holding Run until
+// the broker is back.
+func TestWorkerRunStopsDuringAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		queues := []queuey.QueueConfig{{Name: "jobs", Prefetch: 1}}
+		worker, err := queuey.NewWorker(t.Context(), s.b, queues, queuey.WorkerConfig{StopTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- worker.Run(ctx) }()
+		synctest.Wait()
+		s.net.setDown(true)
+		s.net.drop()
+		synctest.Wait() // the subscription waits for the connection
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("Run did not return a minute after its context ended, with the broker unreachable")
+		}
+		s.net.setDown(false) // for the cleanup's Close
+	})
+}
