@@ -62,6 +62,14 @@ const (
 )
 
 // Consumer is one subscription to a queue.
+//
+// A Consumer that survives its connection dropping (a supervised rabbitmq
+// backend's) also has a method Lost() <-chan uint64, and its deliveries a
+// method Generation() uint64: the number of the channel a delivery came on,
+// from 1. Lost yields the number of each channel it loses, before any
+// delivery of the next, and the Worker then drops the outcomes of the
+// deliveries made on it (the broker has requeued them). A Consumer without
+// them ends its Deliveries when its channel goes.
 type Consumer interface {
 	// Deliveries yields the queue's messages; it is closed when the
 	// subscription ends.
