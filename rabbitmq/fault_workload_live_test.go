@@ -60,13 +60,13 @@ func command(env string, args ...string) error {
 }
 
 func TestLiveFaultCloseAllConnectionsUnderLoad(t *testing.T) {
-	runFaultWorkload(t, func() error {
+	runFaultWorkload(t, false, func() error {
 		return command("QUEUEY_RABBITMQCTL", "close_all_connections", "queuey fault test")
 	})
 }
 
 func TestLiveFaultBrokerRestartUnderLoad(t *testing.T) {
-	runFaultWorkload(t, func() error {
+	runFaultWorkload(t, true, func() error {
 		if err := command("QUEUEY_RABBITMQCTL", "stop_app"); err != nil {
 			return err
 		}
@@ -78,7 +78,7 @@ func TestLiveFaultKillNineUnderLoad(t *testing.T) {
 	if os.Getenv("QUEUEY_RABBITMQ_SCRIPT") == "" {
 		t.Skip("QUEUEY_RABBITMQ_SCRIPT not set: skipping a fault test that kills the broker (see .ci/run)")
 	}
-	runFaultWorkload(t, func() error {
+	runFaultWorkload(t, true, func() error {
 		if err := command("QUEUEY_RABBITMQ_SCRIPT", "kill"); err != nil {
 			return err
 		}
@@ -89,24 +89,37 @@ func TestLiveFaultKillNineUnderLoad(t *testing.T) {
 // faultTally is what the handlers saw.
 type faultTally struct {
 	mu        sync.Mutex
-	succeeded map[int]int // handler successes by job
+	succeeded map[int]int    // handler successes by job
+	last      map[int]string // each job's last run: attempt, deferrals, outcome, when
+	outcome   map[int]string // each job's last outcome: ok, failed or deferred
 	runs      int
 	lastRun   time.Time
+	start     time.Time
 }
 
-func (f *faultTally) run(n int, ok bool) {
+func (f *faultTally) run(n int, j *queuey.Job[faultJob], outcome string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.runs++
 	f.lastRun = time.Now()
-	if ok {
+	if outcome == "ok" {
 		f.succeeded[n]++
 	}
+	f.outcome[n] = outcome
+	f.last[n] = fmt.Sprintf("attempt %d, %d deferrals, %s at %s", j.Attempt, j.Deferrals, outcome, f.lastRun.Sub(f.start).Round(time.Millisecond))
 }
 
 // runFaultWorkload runs the workload, starts fault once a fifth of the jobs
 // are enqueued, keeps enqueueing while it runs, and checks the outcome.
-func runFaultWorkload(t *testing.T, fault func() error) {
+//
+// restarts says the fault restarts the broker. Then a job whose successor
+// was waiting in a classic hold queue may be lost: RabbitMQ dead-letters
+// from a classic queue at most once, without a confirm
+// (rabbit_dead_letter:publish/5 delivers "stateless", v4.0.5), so a hold
+// that expires while its work queue is stopping or not yet recovered
+// drops the job. Such losses are counted and printed
+// (docs/reconnection.md); any other loss fails the test.
+func runFaultWorkload(t *testing.T, restarts bool, fault func() error) {
 	url := os.Getenv("AMQP_URL")
 	if url == "" {
 		t.Skip("AMQP_URL not set: skipping a test that needs a live RabbitMQ (scripts/rabbitmq start)")
@@ -149,7 +162,7 @@ func runFaultWorkload(t *testing.T, fault func() error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tally := &faultTally{succeeded: map[int]int{}}
+	tally := &faultTally{succeeded: map[int]int{}, last: map[int]string{}, outcome: map[int]string{}, start: time.Now()}
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
 	runErrs := make(chan error, faultWorkers)
@@ -169,13 +182,13 @@ func runFaultWorkload(t *testing.T, fault func() error) {
 			}
 			switch {
 			case n%4 == 0 && j.Attempt <= 2: // fails twice, then succeeds
-				tally.run(n, false)
+				tally.run(n, j, "failed")
 				return errors.New("flaky service")
 			case n%5 == 0 && j.Deferrals == 0: // rate limited once
-				tally.run(n, false)
+				tally.run(n, j, "deferred")
 				return queuey.Defer(300*time.Millisecond, "rate limited")
 			}
-			tally.run(n, true)
+			tally.run(n, j, "ok")
 			return nil
 		}))
 		if err != nil {
@@ -218,24 +231,40 @@ func runFaultWorkload(t *testing.T, fault func() error) {
 	}
 	t.Logf("the fault ended %s into the run: the broker is back", back.Sub(start).Round(time.Millisecond))
 
-	// Wait until every confirmed job has ended.
-	deadline := time.Now().Add(3 * time.Minute)
+	// Wait until every confirmed job has ended, or nothing has run for 15 s.
+	var lostInHolds []string
 	for {
 		tally.mu.Lock()
-		missing := 0
+		var missing, held []string
 		for n := range confirmed {
 			if tally.succeeded[n] == 0 {
-				missing++
+				last := tally.last[n]
+				if last == "" {
+					last = "never ran"
+				}
+				m := fmt.Sprintf("job %d (last run: %s)", n, last)
+				if o := tally.outcome[n]; o == "failed" || o == "deferred" {
+					held = append(held, m) // its successor went to a hold queue
+				}
+				missing = append(missing, m)
 			}
 		}
 		idle := time.Since(tally.lastRun)
 		tally.mu.Unlock()
-		if missing == 0 {
+		if len(missing) == 0 {
 			break
 		}
-		if time.Now().After(deadline) || idle > 30*time.Second {
-			dead := countFaultDeadLetters(t, url)
-			t.Fatalf("%d confirmed jobs have not ended (%d dead letters; last handler run %s ago)", missing, dead, idle.Round(time.Second))
+		if idle > 15*time.Second {
+			depths := faultQueueDepths(t, url, opts.Topology.WithDefaults())
+			if !restarts || len(held) < len(missing) {
+				t.Fatalf("%d confirmed jobs have not ended, last handler run %s ago, the fault ended at %s: %s\nqueues: %s",
+					len(missing), idle.Round(time.Second), back.Sub(tally.start).Round(time.Millisecond),
+					strings.Join(missing, "; "), depths)
+			}
+			t.Logf("%d jobs whose successors were in a classic hold queue across the restart were lost: %s\nqueues: %s",
+				len(held), strings.Join(held, "; "), depths)
+			lostInHolds = held
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -251,7 +280,7 @@ func runFaultWorkload(t *testing.T, fault func() error) {
 	lost := 0
 	for n := range confirmed {
 		if tally.succeeded[n] == 0 {
-			lost++ // none: the wait above fails first
+			lost++ // only in classic hold queues across a restart: the wait above fails on any other
 		}
 	}
 	duplicates, maybeRan := 0, 0
@@ -269,9 +298,9 @@ func runFaultWorkload(t *testing.T, fault func() error) {
 	}
 	reconnections := len(connected)
 	connectedMu.Unlock()
-	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued (%d of them ran), %d lost, %d dead-lettered, %d duplicates, %d handler runs, "+
+	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued (%d of them ran), %d lost (%d of them in classic hold queues across the restart), %d dead-lettered, %d duplicates, %d handler runs, "+
 		"workers reconnected %d times, the last %s after the broker was back",
-		t.Name(), faultJobs, len(confirmed), len(maybe), maybeRan, lost, dead, duplicates, tally.runs, reconnections, recovery.Round(time.Millisecond))
+		t.Name(), faultJobs, len(confirmed), len(maybe), maybeRan, lost, len(lostInHolds), dead, duplicates, tally.runs, reconnections, recovery.Round(time.Millisecond))
 	if dead != 0 {
 		t.Errorf("%d jobs were dead-lettered; none should be", dead)
 	}
@@ -281,6 +310,35 @@ func runFaultWorkload(t *testing.T, fault func() error) {
 	if limit := faultBackoff.Max + 5*time.Second; recovery > limit {
 		t.Errorf("a worker reconnected %s after the broker was back, over the backoff cap plus 5 s (%s)", recovery, limit)
 	}
+}
+
+// faultQueueDepths says how many messages (ready and unacknowledged) each of
+// the fault queue's queues holds.
+func faultQueueDepths(t *testing.T, url string, top Topology) string {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return "dial: " + err.Error()
+	}
+	defer conn.Close()
+	names := []string{faultQueue, top.DeadQueue(faultQueue)}
+	for ttl := int64(100); ttl <= 400; ttl += 100 {
+		names = append(names, top.HoldQueue(faultQueue, ttl))
+	}
+	var parts []string
+	for _, name := range names {
+		ch, err := conn.Channel()
+		if err != nil {
+			return err.Error()
+		}
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err != nil {
+			parts = append(parts, name+": "+err.Error())
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d messages, %d consumers", name, q.Messages, q.Consumers))
+		_ = ch.Close()
+	}
+	return strings.Join(parts, "; ")
 }
 
 // countFaultDeadLetters is how many messages wait on the fault queue's
