@@ -202,19 +202,23 @@ type runner struct {
 	top    rabbitmq.Topology
 	end    time.Time // arrivals stop
 	stop   time.Time // the run stops
+	queues []*simQueue
+	fatal  error // the simulation itself broke
+	steps  uint64
 
-	queues      []*simQueue
-	byName      map[string]*simQueue // work, wait and dead queue names
-	holdNames   map[string]queueRole // hold queue names seen, classified
-	recentNames [4]recentName        // the names classified last
-	recentNext  int
-	jobArgs     simJob // the arguments of the job being enqueued
-	// releaseSlack is how late after its TTL a hold may be released and
-	// still be on time (invariant 2), beyond expiryResolution: the
-	// broker's timer slack.
-	releaseSlack time.Duration
-	squatted     map[string]bool // hold queue names a refuse-hold fault holds
+	// The runner's four jobs, each with its own state (the methods that
+	// use each are in the file named after it).
+	workload   // workload.go
+	driver     // driver.go
+	faultState // faults.go
+	oracle     // check.go, ledger.go, result.go
+}
 
+// workload is the state of the arrivals and of the producer that enqueues
+// them.
+type workload struct {
+	jobArgs      simJob // the arguments of the job being enqueued
+	nextJob      uint64
 	producerConn *membroker.Connection
 	producerBack *rabbitmq.Backend
 	producer     *queuey.Producer
@@ -224,35 +228,51 @@ type runner struct {
 	waiting      []uint64 // jobs that arrived while it was down, in order
 	enqueuing    uint64   // the job it is enqueueing: the ID NewID gives
 	configs      []queuey.QueueConfig
-	adminConn    *membroker.Connection
-	admin        *membroker.Channel // malformed bodies, refused holds, dead-letter audits
+}
 
+// driver is the state of the system under test's worker processes.
+type driver struct {
+	freeDels []*simDelivery           // settled, for reuse
+	subs     map[string]*subscription // by consumer tag
+	ready    []*subscription          // with deliveries to take, in the order they came
+}
+
+// faultState is what the injected faults leave behind.
+type faultState struct {
+	squatted map[string]bool // hold queue names a refuse-hold fault holds
 	// unreachable is when the broker takes connections again after a
 	// restart or an outage; restarting is set while it closes every
 	// connection of queuey's, one after another (see bounced).
 	unreachable time.Time
 	restarting  bool
+	adminConn   *membroker.Connection
+	admin       *membroker.Channel // malformed bodies, refused holds, dead-letter audits
+}
 
-	jobs    jobTable
-	nextJob uint64
+// oracle is the invariant checks' state: what is known of every job and
+// queue, and the result and trace being built.
+type oracle struct {
+	byName      map[string]*simQueue // work, wait and dead queue names
+	holdNames   map[string]queueRole // hold queue names seen, classified
+	recentNames [4]recentName        // the names classified last
+	recentNext  int
+	// releaseSlack is how late after its TTL a hold may be released and
+	// still be on time (invariant 2), beyond expiryResolution: the
+	// broker's timer slack.
+	releaseSlack time.Duration
+
+	jobs     jobTable
+	freeJobs []*job // retired, for reuse
 
 	rec *recorder
 	res *Result
 
 	// cur is the job whose settlement is being published, so that the
 	// observer can attribute what the broker reports during the call.
-	cur    settling
-	curSet bool // cur describes a settlement in progress
-
-	fatal error // the simulation itself broke
-	steps uint64
-
-	freeJobs []*job                   // retired, for reuse
-	freeDels []*simDelivery           // settled, for reuse
-	subs     map[string]*subscription // by consumer tag
-	ready    []*subscription          // with deliveries to take, in the order they came
-	auditDue bool                     // something reached a dead-letter queue
-	ex       *excerpter               // set in a replay for excerpts
+	cur      settling
+	curSet   bool       // cur describes a settlement in progress
+	auditDue bool       // something reached a dead-letter queue
+	ex       *excerpter // set in a replay for excerpts
 }
 
 // settling is a settlement in progress.
@@ -340,14 +360,16 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	version, _ := parseProfile(s.Profile)
 	r := &runner{
 		ctx: ctx, bg: context.Background(), s: s, opts: opts,
-		clk:       NewClock(Start),
-		top:       rabbitmq.Topology{RetryGranularity: s.Topology.RetryGranularity.D(), DeferredGranularity: s.Topology.DeferredGranularity.D()}.WithDefaults(),
-		byName:    map[string]*simQueue{},
-		holdNames: map[string]queueRole{},
-		squatted:  map[string]bool{},
-		subs:      map[string]*subscription{},
-		rec:       newRecorder(opts.Trace),
-		res:       newResult(s),
+		clk: NewClock(Start),
+		top: rabbitmq.Topology{RetryGranularity: s.Topology.RetryGranularity.D(), DeferredGranularity: s.Topology.DeferredGranularity.D()}.WithDefaults(),
+		oracle: oracle{
+			byName:    map[string]*simQueue{},
+			holdNames: map[string]queueRole{},
+			rec:       newRecorder(opts.Trace),
+			res:       newResult(s),
+		},
+		faultState: faultState{squatted: map[string]bool{}},
+		driver:     driver{subs: map[string]*subscription{}},
 	}
 	r.end = Start.Add(s.Duration.D())
 	r.stop = r.end.Add(s.Drain.D())
