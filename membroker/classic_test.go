@@ -3,11 +3,10 @@ package membroker
 // Tests of classic-queue semantics: ordering, priorities, requeue, message
 // TTL, dead-lettering, x-expires, exclusive and auto-delete queues.
 //
-// Citations: "ref §N" is /work/shared/reference/rabbitmq-4-semantics.md,
-// "ref observed" its final "Observed on a live RabbitMQ 4.0.5" section,
-// "errors §N" /tmp/research/rabbit-errors.md. Behaviour marked "live" was
-// checked against a RabbitMQ 4.0.5 broker with amqp091-go v1.16.0 while
-// these tests were written.
+// Citations: "semantics §N" is docs/rabbitmq-semantics.md, "semantics
+// §11" its observations on a live RabbitMQ 4.0.5, "semantics §EN" its error
+// texts. Behaviour marked "live" was checked against a RabbitMQ 4.0.5 broker
+// with amqp091-go v1.16.0 while these tests were written.
 
 import (
 	"errors"
@@ -119,7 +118,7 @@ func cqLockedReason(q string) string {
 
 // TestClassicFIFOOrder: a classic queue without x-max-priority delivers in
 // publish order, to basic.get and to a consumer alike.
-// ref §4.1 (one FIFO backing queue), §7.3; rabbit_variable_queue.
+// semantics §4.1 (one FIFO backing queue), §7.3; rabbit_variable_queue.
 func TestClassicFIFOOrder(t *testing.T) {
 	for _, v := range []Version{RabbitMQ40, RabbitMQ43} {
 		t.Run(v.String(), func(t *testing.T) {
@@ -154,7 +153,7 @@ func TestClassicFIFOOrder(t *testing.T) {
 // TestClassicPriorityStrictFIFOWithinLevel: with x-max-priority every fetch
 // takes the head of the highest non-empty level; FIFO within a level;
 // messages without a priority count as 0.
-// ref §4.1; rabbit_priority_queue.erl fetch/2; priority_queue_SUITE simple_order.
+// semantics §4.1; rabbit_priority_queue.erl fetch/2; priority_queue_SUITE simple_order.
 func TestClassicPriorityStrictFIFOWithinLevel(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("q", amqp.Table{"x-max-priority": 3})
@@ -173,7 +172,7 @@ func TestClassicPriorityStrictFIFOWithinLevel(t *testing.T) {
 // TestClassicPriorityAboveMaxActsAsMax: a priority above x-max-priority is
 // filed at the maximum (FIFO with messages at the maximum) and the delivered
 // priority property is not rewritten.
-// ref §4.1 and ref observed (max 10: three at 0, one at 20, one at 5 ->
+// semantics §4.1 and semantics §11 (max 10: three at 0, one at 20, one at 5 ->
 // p20 p5 low0 low1 low2); rabbit_priority_queue.erl priority/2;
 // priority_queue_SUITE matching.
 func TestClassicPriorityAboveMaxActsAsMax(t *testing.T) {
@@ -200,7 +199,7 @@ func TestClassicPriorityAboveMaxActsAsMax(t *testing.T) {
 
 // TestClassicMaxPriorityZeroActsAsOne: x-max-priority 0 is accepted and
 // gives two levels, 0 and 1 (every priority >= 1 is filed at 1, FIFO).
-// ref §4.1 ("x-max-priority=0 behaves like 1", UNCERTAIN there; live 4.0.5:
+// semantics §4.1 ("x-max-priority=0 behaves like 1", UNCERTAIN there; live 4.0.5:
 // 0,1,5,0,2 -> m1 m5 m2 m0 m0); rabbit_priority_queue.erl priorities/1.
 func TestClassicMaxPriorityZeroActsAsOne(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -221,7 +220,7 @@ func TestClassicMaxPriorityZeroActsAsOne(t *testing.T) {
 // TestClassicRejectRequeueRestoresOriginalPosition: reject/nack with requeue
 // puts a message back at its original position, redelivered=true, whatever
 // order the rejections come in.
-// ref §7.3 and ref observed (get m0, get m1, reject m1, reject m0 -> m0 m1 m2);
+// semantics §7.3 and semantics §11 (get m0, get m1, reject m1, reject m0 -> m0 m1 m2);
 // rabbit_variable_queue:requeue.
 func TestClassicRejectRequeueRestoresOriginalPosition(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -244,7 +243,7 @@ func TestClassicRejectRequeueRestoresOriginalPosition(t *testing.T) {
 // TestClassicNackMultipleRequeue: nack(multiple, requeue) returns every
 // delivery up to the tag to its original position, even around a message
 // that stays unacknowledged and one published meanwhile.
-// ref §6 (multiple), §7.3; rabbit_channel collect_acks, rabbit_variable_queue:requeue.
+// semantics §6 (multiple), §7.3; rabbit_channel collect_acks, rabbit_variable_queue:requeue.
 func TestClassicNackMultipleRequeue(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("q", nil)
@@ -272,7 +271,7 @@ func TestClassicNackMultipleRequeue(t *testing.T) {
 // TestClassicChannelCloseRequeues: unacked deliveries of a closing channel
 // (consumer and basic.get alike) go back to their original positions with
 // redelivered=true.
-// ref §7.3 and ref observed (prefetch 2 over 3, close: c0* c1* c2);
+// semantics §7.3 and semantics §11 (prefetch 2 over 3, close: c0* c1* c2);
 // rabbit_amqqueue_process handle_ch_down.
 func TestClassicChannelCloseRequeues(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -304,7 +303,7 @@ func TestClassicChannelCloseRequeues(t *testing.T) {
 // TestClassicPriorityRequeueToOwnLevel: a requeued message returns to its
 // own priority level at its original position, ahead of later messages of
 // that level.
-// ref §4.1 (test requeue: get 3,2,1, nack-multiple, get 3,2,1 again);
+// semantics §4.1 (test requeue: get 3,2,1, nack-multiple, get 3,2,1 again);
 // rabbit_priority_queue.erl requeue/2 (ack tags carry {Priority, Tag}).
 func TestClassicPriorityRequeueToOwnLevel(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -333,7 +332,7 @@ func TestClassicPriorityRequeueToOwnLevel(t *testing.T) {
 
 // TestClassicMessageTTLLowerWins: with x-message-ttl and a per-message
 // expiration the lower one applies.
-// ref §1.1 (calculate_msg_expiry: lists:min); ttl.md "the lower one wins".
+// semantics §1.1 (calculate_msg_expiry: lists:min); ttl.md "the lower one wins".
 func TestClassicMessageTTLLowerWins(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("q", amqp.Table{"x-message-ttl": 1000})
@@ -367,7 +366,7 @@ func TestClassicMessageTTLLowerWins(t *testing.T) {
 // TestClassicMessageTTLFixedAtEnqueue: the expiry is computed once, at
 // enqueue: later messages get their own deadline, and a requeue keeps the
 // original one.
-// ref §1.1 ("fixed at enqueue time"), §1.5 ("original expiry time ... is
+// semantics §1.1 ("fixed at enqueue time"), §1.5 ("original expiry time ... is
 // preserved if it is requeued"); rabbit_amqqueue_process calculate_msg_expiry.
 func TestClassicMessageTTLFixedAtEnqueue(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -396,7 +395,7 @@ func TestClassicMessageTTLFixedAtEnqueue(t *testing.T) {
 
 // TestClassicExpiryOnlyAtHead: an expired message behind a live head stays,
 // counted in Ready, and is dropped only when it reaches the head.
-// ref §1.2 and ref observed (per-message 2000 then 200, wait 500, drain ->
+// semantics §1.2 and semantics §11 (per-message 2000 then 200, wait 500, drain ->
 // only the 2000 ms message); rabbit_amqqueue_process drop_expired_msgs/2.
 func TestClassicExpiryOnlyAtHead(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -424,7 +423,7 @@ func TestClassicExpiryOnlyAtHead(t *testing.T) {
 // the head of the highest non-empty level is checked, so an expired
 // low-priority message stays behind a live high-priority head and still
 // counts in Ready.
-// ref §1.4 (priority.md "Interaction with Other Features";
+// semantics §1.4 (priority.md "Interaction with Other Features";
 // rabbit_priority_queue.erl dropwhile/2, find2); live 4.0.5: count 2, get
 // high with message_count 0.
 func TestClassicPriorityExpiryOnlyAtHighestLevelHead(t *testing.T) {
@@ -457,7 +456,7 @@ func TestClassicPriorityExpiryOnlyAtHighestLevelHead(t *testing.T) {
 // basic.get or a consumer before that receives it although it has expired
 // (fetch/2 takes the head before dropping); basic.cancel reaps it
 // (stop_consumer runs requeue_and_run).
-// ref §1.2 (fetch race), §1.4 (timer not re-armed, "UNCERTAIN in
+// semantics §1.2 (fetch race), §1.4 (timer not re-armed, "UNCERTAIN in
 // practice"); rabbit_amqqueue_process deliver_or_enqueue, fetch/2,
 // ensure_ttl_timer; live 4.0.5: conformance scenarios
 // classic-ttl-priority-shorter-head-not-rearmed,
@@ -527,7 +526,7 @@ func TestClassicPriorityShorterHeadWaitsForTimer(t *testing.T) {
 // TestClassicUnackedMessagesNeverExpire: TTL applies to messages in the
 // queue only; a delivered, unacknowledged message is neither expired nor
 // dead-lettered however long it is held, and acking it is fine.
-// ref §1.5, §1.6 ("unacked messages are not expired"); rabbit_amqqueue_process (only BQ
+// semantics §1.5, §1.6 ("unacked messages are not expired"); rabbit_amqqueue_process (only BQ
 // messages are dropped).
 func TestClassicUnackedMessagesNeverExpire(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -556,7 +555,7 @@ func TestClassicUnackedMessagesNeverExpire(t *testing.T) {
 // TestClassicRequeuedExpiredMessageDeadLetteredAtHead: a message whose TTL
 // passed while it was unacknowledged is dead-lettered as expired as soon as
 // a requeue puts it back at the head; it is not redelivered.
-// ref §1.5 (requeue_and_run runs drop_expired_msgs); live 4.0.5: dlq 0
+// semantics §1.5 (requeue_and_run runs drop_expired_msgs); live 4.0.5: dlq 0
 // before the reject, 1 after, reason expired.
 func TestClassicRequeuedExpiredMessageDeadLetteredAtHead(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -583,7 +582,7 @@ func TestClassicRequeuedExpiredMessageDeadLetteredAtHead(t *testing.T) {
 // TestClassicMessageTTLZeroDeliversToWaitingConsumer: with x-message-ttl 0 a
 // consumer with room gets the message; requeued into the queue it expires
 // at once and is not redelivered.
-// ref §1.3 (deliver_or_enqueue attempts delivery first; requeue into a
+// semantics §1.3 (deliver_or_enqueue attempts delivery first; requeue into a
 // TTL=0 queue drops); live 4.0.5: consumer got it, not redelivered after nack.
 func TestClassicMessageTTLZeroDeliversToWaitingConsumer(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -609,7 +608,7 @@ func TestClassicMessageTTLZeroDeliversToWaitingConsumer(t *testing.T) {
 // TestClassicMessageTTLZeroWithoutDLXDrops: with x-message-ttl 0, no
 // consumer and no DLX, the message is discarded without being enqueued, and
 // the publisher confirm is still an ack.
-// ref §1.3, §8 ("Messages discarded because of TTL=0 with no DLX are still
+// semantics §1.3, §8 ("Messages discarded because of TTL=0 with no DLX are still
 // acked"); live 4.0.5: confirm {1 true}, count 0.
 func TestClassicMessageTTLZeroWithoutDLXDrops(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -637,7 +636,7 @@ func TestClassicMessageTTLZeroWithoutDLXDrops(t *testing.T) {
 
 // TestClassicMessageTTLZeroWithDLXDeadLetters: with x-message-ttl 0, no
 // consumer and a DLX, the message is dead-lettered with reason expired.
-// ref §1.3 (ttl.md: "if a dead letter exchange is set then messages will be
+// semantics §1.3 (ttl.md: "if a dead letter exchange is set then messages will be
 // dead-lettered"); live 4.0.5.
 func TestClassicMessageTTLZeroWithDLXDeadLetters(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -660,7 +659,7 @@ func TestClassicMessageTTLZeroWithDLXDeadLetters(t *testing.T) {
 // TestClassicPerMessageExpirationZero: expiration "0" does not take the
 // TTL-0 shortcut: the message is enqueued already due, expiring at once at
 // the head or later when it reaches the head.
-// ref §1.3 ("Per-message expiration: "0" does not use the discard
+// semantics §1.3 ("Per-message expiration: "0" does not use the discard
 // shortcut"); live 4.0.5: alone -> count 0; behind a live head -> count 2,
 // dead-lettered after the head is fetched.
 func TestClassicPerMessageExpirationZero(t *testing.T) {
@@ -688,7 +687,7 @@ func TestClassicPerMessageExpirationZero(t *testing.T) {
 // TestClassicExpiryTimerDeliversDeadLetter: advancing the mock clock past a
 // head's TTL dead-letters it and delivers it to a consumer of the target
 // with no other call into the broker.
-// ref §1.2 (one timer for the head, ensure_ttl_timer; {drop_expired,Vsn});
+// semantics §1.2 (one timer for the head, ensure_ttl_timer; {drop_expired,Vsn});
 // doc.go "Time and determinism".
 func TestClassicExpiryTimerDeliversDeadLetter(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -713,7 +712,7 @@ func TestClassicExpiryTimerDeliversDeadLetter(t *testing.T) {
 // TestClassicClockAdvanceObservedByNextCall: after clk.Add(d) any broker
 // call, even introspection, sees the state at the new time.
 // doc.go "Time and determinism" ("With a *clock.Mock, Add(d) followed by any
-// call observes the state at the new time"); ref §1.2.
+// call observes the state at the new time"); semantics §1.2.
 func TestClassicClockAdvanceObservedByNextCall(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("dlq", nil)
@@ -743,7 +742,7 @@ func TestClassicClockAdvanceObservedByNextCall(t *testing.T) {
 // virtual time), exchange, routing-keys}, with original-expiration only
 // when the message had a per-message expiration, plus x-first-death-* and
 // x-last-death-*.
-// ref §3.3 (mc:record_death, mc_amqpl death_table); live 4.0.5 headers.
+// semantics §3.3 (mc:record_death, mc_amqpl death_table); live 4.0.5 headers.
 func TestClassicDeadLetterXDeathEntryFields(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("dlq", nil)
@@ -802,7 +801,7 @@ func TestClassicDeadLetterXDeathEntryFields(t *testing.T) {
 // and moves it to the front, keeping its first time and
 // original-expiration; x-first-death-* never change and x-last-death-*
 // follow the latest death.
-// ref §3.3 ("Repeated deaths", deaths v2 lists:keytake), §3.5; live 4.0.5
+// semantics §3.3 ("Repeated deaths", deaths v2 lists:keytake), §3.5; live 4.0.5
 // q1 -> q2 -> q1 -> q2 scenario.
 func TestClassicDeadLetterRepeatedDeathMovesToFront(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -850,8 +849,8 @@ func TestClassicDeadLetterRepeatedDeathMovesToFront(t *testing.T) {
 // TestClassicDeadLetterRemovesExpirationKeepsProperties: dead-lettering
 // removes the expiration property (it survives as original-expiration) and
 // keeps every other property and the client's own headers.
-// ref §3.3 ("expiration is removed", "Other properties are preserved") and
-// ref observed (priority 10 and delivery mode 2 kept); live 4.0.5.
+// semantics §3.3 ("expiration is removed", "Other properties are preserved") and
+// semantics §11 (priority 10 and delivery mode 2 kept); live 4.0.5.
 func TestClassicDeadLetterRemovesExpirationKeepsProperties(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("dlq", nil)
@@ -888,7 +887,7 @@ func TestClassicDeadLetterRemovesExpirationKeepsProperties(t *testing.T) {
 
 // TestClassicDeadLetterNackIsRejected: nack without requeue dead-letters
 // with reason rejected, like reject; nack(multiple) dead-letters each.
-// ref §3.1 (basic.reject or basic.nack with requeue=false -> rejected).
+// semantics §3.1 (basic.reject or basic.nack with requeue=false -> rejected).
 func TestClassicDeadLetterNackIsRejected(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("dlq", nil)
@@ -910,7 +909,7 @@ func TestClassicDeadLetterNackIsRejected(t *testing.T) {
 // TestClassicDeadLetterRoutingKey: x-dead-letter-routing-key replaces the
 // routing key; without it the message's own routing key is used (for the
 // default exchange, its original queue).
-// ref §3.2 ("If x-dead-letter-routing-key is not set, the message's own
+// semantics §3.2 ("If x-dead-letter-routing-key is not set, the message's own
 // routing keys are used"), §3.3 (what the DLQ consumer sees).
 func TestClassicDeadLetterRoutingKey(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -941,7 +940,7 @@ func TestClassicDeadLetterRoutingKey(t *testing.T) {
 
 // TestClassicDeadLetterToMissingQueueDropsSilently: DLX "" with a routing
 // key naming no queue drops the dead letter, with no error.
-// ref §3.2 ("DLX exists but routes to no queue ... dropped silently").
+// semantics §3.2 ("DLX exists but routes to no queue ... dropped silently").
 func TestClassicDeadLetterToMissingQueueDropsSilently(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("q", cqDeadLetterArgs("missing", amqp.Table{"x-message-ttl": 100}))
@@ -962,7 +961,7 @@ func TestClassicDeadLetterToMissingQueueDropsSilently(t *testing.T) {
 
 // TestClassicDeadLetterToMissingExchangeDropsSilently: a DLX naming an
 // exchange that does not exist drops dead letters silently.
-// ref §3.2 (dlx.md "If it is missing then, the messages are silently
+// semantics §3.2 (dlx.md "If it is missing then, the messages are silently
 // dropped"; rabbit_amqqueue_process with_dlx); live 4.0.5 with DLX "nope".
 func TestClassicDeadLetterToMissingExchangeDropsSilently(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -996,7 +995,7 @@ func TestClassicDeadLetterToMissingExchangeDropsSilently(t *testing.T) {
 
 // TestClassicDeadLetterExpiryCycleDropped: a queue dead-lettering to itself
 // drops a message that expires in it (a cycle with no rejection).
-// ref §3.5 (rabbit_dead_letter:detect_cycles; dlx.md "Dead-letter cycle");
+// semantics §3.5 (rabbit_dead_letter:detect_cycles; dlx.md "Dead-letter cycle");
 // live 4.0.5: count 0 after expiry.
 func TestClassicDeadLetterExpiryCycleDropped(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -1014,7 +1013,7 @@ func TestClassicDeadLetterExpiryCycleDropped(t *testing.T) {
 // TestClassicDeadLetterRejectCycleRequeues: with reject(requeue=false) a
 // queue dead-lettering to itself gets the message back (no cycle check for
 // rejected), its x-death count growing at each rejection.
-// ref §3.5 ("If the reason is rejected, there is no cycle check at all");
+// semantics §3.5 ("If the reason is rejected, there is no cycle check at all");
 // live 4.0.5: back in q with count 1, then 2.
 func TestClassicDeadLetterRejectCycleRequeues(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -1038,7 +1037,7 @@ func TestClassicDeadLetterRejectCycleRequeues(t *testing.T) {
 // TestClassicDeadLetterIgnoresClientXDeath: an x-death header (and
 // x-first-death-*) supplied by the publisher is not interpreted: the first
 // broker death overwrites them.
-// ref §3.4 (release-notes 4.0.1 "AMQP 0.9.1 x-death header";
+// semantics §3.4 (release-notes 4.0.1 "AMQP 0.9.1 x-death header";
 // rabbit_misc:set_table_value); live 4.0.5: client x-death replaced,
 // x-first-death-queue "client" overwritten.
 func TestClassicDeadLetterIgnoresClientXDeath(t *testing.T) {
@@ -1069,7 +1068,7 @@ func TestClassicDeadLetterIgnoresClientXDeath(t *testing.T) {
 
 // TestClassicQueueExpiresMustBePositive: x-expires 0 is refused with
 // {value_zero,0}; 1 is accepted and the queue goes after 1 ms unused.
-// ref §2 ("It must be a positive integer"), errors §1.3; ref observed.
+// semantics §2 ("It must be a positive integer"), semantics §E1.3; semantics §11.
 func TestClassicQueueExpiresMustBePositive(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	_, err := e.ch.QueueDeclare("zero", true, false, false, false, amqp.Table{"x-expires": 0})
@@ -1091,7 +1090,7 @@ func TestClassicQueueExpiresMustBePositive(t *testing.T) {
 
 // TestClassicQueueExpiresRenewedByDeclare: a non-nowait redeclare restarts
 // the full x-expires period; a nowait one does not.
-// ref §2 (stat via rabbit_channel:maybe_stat(false, Q); maybe_stat(true,_)
+// semantics §2 (stat via rabbit_channel:maybe_stat(false, Q); maybe_stat(true,_)
 // does not call the queue).
 func TestClassicQueueExpiresRenewedByDeclare(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -1118,7 +1117,7 @@ func TestClassicQueueExpiresRenewedByDeclare(t *testing.T) {
 
 // TestClassicQueueExpiresRenewedByPassiveDeclare: a passive declare renews
 // the lease.
-// ref §2 (stat "active or passive"), errors §2.4 ("stat (renews x-expires
+// semantics §2 (stat "active or passive"), semantics §E2.4 ("stat (renews x-expires
 // unless nowait)").
 func TestClassicQueueExpiresRenewedByPassiveDeclare(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -1139,7 +1138,7 @@ func TestClassicQueueExpiresRenewedByPassiveDeclare(t *testing.T) {
 
 // TestClassicQueueExpiresRenewedByGet: basic.get renews the lease, even on
 // an empty queue.
-// ref §2 ("basic.get, even when the queue is empty (line 1274)"); live
+// semantics §2 ("basic.get, even when the queue is empty (line 1274)"); live
 // 4.0.5: x-expires 1000, empty get at 700 ms, still there at 1400 ms.
 func TestClassicQueueExpiresRenewedByGet(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -1167,7 +1166,7 @@ func TestClassicQueueExpiresRenewedByGet(t *testing.T) {
 
 // TestClassicQueueExpiresNotRenewedByPublish: publishing does not renew the
 // lease.
-// ref §2 ("Publishing, acks and other operations do not renew it") and ref
+// semantics §2 ("Publishing, acks and other operations do not renew it") and ref
 // observed (x-expires 1600, a publish every 300 ms: gone 2.4 s after its
 // one declare; in virtual time exactly at 1600 ms).
 func TestClassicQueueExpiresNotRenewedByPublish(t *testing.T) {
@@ -1192,7 +1191,7 @@ func TestClassicQueueExpiresNotRenewedByPublish(t *testing.T) {
 
 // TestClassicQueueNeverExpiresWithConsumers: a queue with a consumer does
 // not expire however long it is unused otherwise.
-// ref §2 ("While any consumer exists, the timer does not fire the
+// semantics §2 ("While any consumer exists, the timer does not fire the
 // deletion"); ttl.md "Unused means the queue has no consumers".
 func TestClassicQueueNeverExpiresWithConsumers(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -1210,7 +1209,7 @@ func TestClassicQueueNeverExpiresWithConsumers(t *testing.T) {
 // TestClassicQueueExpiresRenewedWhenLastConsumerLeaves: the full period
 // starts again when the last consumer goes (cancel or channel close), not
 // before.
-// ref §2 ("basic.cancel of the last consumer (stop_consumer)", "a channel
+// semantics §2 ("basic.cancel of the last consumer (stop_consumer)", "a channel
 // going down (handle_ch_down)").
 func TestClassicQueueExpiresRenewedWhenLastConsumerLeaves(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -1245,7 +1244,7 @@ func TestClassicQueueExpiresRenewedWhenLastConsumerLeaves(t *testing.T) {
 
 // TestClassicQueueExpiryDiscardsMessages: an expiring queue vanishes with
 // its messages, which are not dead-lettered.
-// ref §2 (dlx.md "If an entire queue expires, the messages in the queue are
+// semantics §2 (dlx.md "If an entire queue expires, the messages in the queue are
 // not dead-lettered"; cqp line 1635).
 func TestClassicQueueExpiryDiscardsMessages(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -1274,7 +1273,7 @@ func TestClassicQueueExpiryDiscardsMessages(t *testing.T) {
 // consume, get, purge, passive declare, delete and redeclare (exclusive or
 // not) get 405 RESOURCE_LOCKED, closing only that channel; other channels
 // of the owning connection may use the queue.
-// errors §2.2a, §2.4, §3, §4, §5, §10 (lax vs strict checks);
+// semantics §E2.2a, §2.4, §3, §4, §5, §10 (lax vs strict checks);
 // live 4.0.5: the same text for all seven.
 func TestClassicExclusiveQueueLockedToOtherConnections(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -1332,7 +1331,7 @@ func TestClassicExclusiveQueueLockedToOtherConnections(t *testing.T) {
 // TestClassicExclusiveQueueDeletedWhenOwnerCloses: closing the owning
 // connection deletes the exclusive queue with its messages (not
 // dead-lettered); other connections' queues stay.
-// errors §10 ("When the owning connection closes"); live 4.0.5.
+// semantics §E10 ("When the owning connection closes"); live 4.0.5.
 func TestClassicExclusiveQueueDeletedWhenOwnerCloses(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("dlq", nil)
@@ -1368,7 +1367,7 @@ func TestClassicExclusiveQueueDeletedWhenOwnerCloses(t *testing.T) {
 
 // TestClassicExclusiveQueueAcceptsPublishFromOtherConnection: publishing is
 // not an exclusive-access operation.
-// errors §7 ("Publishing into another connection's exclusive queue is
+// semantics §E7 ("Publishing into another connection's exclusive queue is
 // allowed"); live 4.0.5: confirm ack, channel open, message there.
 func TestClassicExclusiveQueueAcceptsPublishFromOtherConnection(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -1404,7 +1403,7 @@ func TestClassicExclusiveQueueAcceptsPublishFromOtherConnection(t *testing.T) {
 // TestClassicAutoDeleteWhenLastConsumerCancelled: an auto-delete queue is
 // deleted when its last consumer is cancelled (or its channel closes), with
 // its messages, and not while another consumer remains.
-// errors §11 (should_auto_delete: has_had_consumers and
+// semantics §E11 (should_auto_delete: has_had_consumers and
 // consumer_count == 0); live 4.0.5.
 func TestClassicAutoDeleteWhenLastConsumerCancelled(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -1451,7 +1450,7 @@ func TestClassicAutoDeleteWhenLastConsumerCancelled(t *testing.T) {
 
 // TestClassicAutoDeleteKeptWithoutConsumers: an auto-delete queue that
 // never had a consumer is kept, even after basic.get.
-// errors §11 ("An auto-delete queue that never had a consumer is kept
+// semantics §E11 ("An auto-delete queue that never had a consumer is kept
 // indefinitely"; basic.get does not set has_had_consumers); live 4.0.5.
 func TestClassicAutoDeleteKeptWithoutConsumers(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)

@@ -5,8 +5,8 @@ package membroker
 // declares, reserved and server-generated names, and the counts and
 // conditions of delete and purge.
 //
-// Citations as in classic_test.go: "ref §N" is rabbitmq-4-semantics.md,
-// "errors §N" /tmp/research/rabbit-errors.md; "live" texts were read from a
+// Citations as in classic_test.go: "semantics §N" and "semantics §EN" are
+// sections of docs/rabbitmq-semantics.md; "live" texts were read from a
 // RabbitMQ 4.0.5 broker with amqp091-go v1.16.0 while writing these tests.
 
 import (
@@ -83,8 +83,8 @@ func cqInvalid(key, reason string) string {
 // validated with RabbitMQ's texts (406, channel error), x-queue-type first,
 // then in declare_args order, then the cross-type key check; a non-string
 // DLX is reported before all of them.
-// errors §1 (check_declare_arguments, declare_args, check functions), §2.3
-// step 6 (r_arg on x-dead-letter-exchange); ref §6.1; every text below was
+// semantics §E1 (check_declare_arguments, declare_args, check functions), §2.3
+// step 6 (r_arg on x-dead-letter-exchange); semantics §6.1; every text below was
 // read from a live RabbitMQ 4.0.5.
 func TestDeclareArgumentValidation(t *testing.T) {
 	const pf = amqp.PreconditionFailed
@@ -162,8 +162,8 @@ func TestDeclareArgumentValidation(t *testing.T) {
 // auto-delete, exclusive and non-durable, checked in that order and after
 // the arguments; exclusive forces non-durable, so it reports
 // exclusive-owner. A server-named quorum queue is refused too.
-// ref §4.2, §5.5 (check_auto_delete, check_exclusive, check_non_durable),
-// §9; errors §2.3 step 10; ref observed; live 4.0.5 texts.
+// semantics §4.2, §5.5 (check_auto_delete, check_exclusive, check_non_durable),
+// §9; semantics §E2.3 step 10; semantics §11; live 4.0.5 texts.
 func TestDeclareQuorumRefusals(t *testing.T) {
 	const pf = amqp.PreconditionFailed
 	qq := func(more amqp.Table) amqp.Table {
@@ -240,7 +240,7 @@ func TestDeclareUnmodelledArgumentNotImplemented(t *testing.T) {
 // values are not validated on this path. A value present on both sides is
 // printed bare ('6000'); one present on one side only as "the value '10'
 // of type 'signedint'" against "none".
-// ref §6 (assert_equivalence; ref observed x-max-priority text);
+// semantics §6 (assert_equivalence; semantics §11 x-max-priority text);
 // rabbit_misc.erl assert_args_equivalence1/assert_field_equivalence/val;
 // live 4.0.5 for every text below.
 func TestDeclareRedeclareEquivalence(t *testing.T) {
@@ -326,7 +326,7 @@ func TestDeclareRedeclareEquivalence(t *testing.T) {
 
 // TestDeclareRedeclareQuorumWithoutType: redeclaring a quorum queue without
 // x-queue-type fails on the injected "classic".
-// ref §6.2 and §12 (4.0 injects x-queue-type; the reference's text "the
+// semantics §6.2 and §12 (4.0 injects x-queue-type; the reference's text "the
 // value 'classic' of type 'longstr'" is wrong: live 4.0.5 prints the bare
 // values, as rabbit_misc:assert_field_equivalence -> val/1 does).
 func TestDeclareRedeclareQuorumWithoutType(t *testing.T) {
@@ -350,7 +350,7 @@ func TestDeclareRedeclareQuorumWithoutType(t *testing.T) {
 // 404 channel error; passive declares skip the amq. prefix check; a passive
 // declare of an existing queue reports its ready messages (not unacked)
 // and consumers, ignoring the flags and arguments it carries.
-// ref §6.2 ("NOT_FOUND (404): passive declare of a missing queue"), errors
+// semantics §6.2 ("NOT_FOUND (404): passive declare of a missing queue"), errors
 // §2.4; live 4.0.5 (amq.nothere -> 404, not 403).
 func TestDeclarePassiveMissingQueue(t *testing.T) {
 	for _, name := range []string{"missing", "amq.missing"} {
@@ -392,7 +392,7 @@ func TestDeclarePassiveMissingQueue(t *testing.T) {
 // TestDeclareReservedAmqPrefix: a non-passive declare of a name starting
 // with "amq." is 403 ACCESS_REFUSED, even for an existing server-named
 // queue.
-// ref §6.1 step 2 (check_name runs before the existence lookup), errors
+// semantics §6.1 step 2 (check_name runs before the existence lookup), errors
 // §2.1 step 3; live 4.0.5 for both.
 func TestDeclareReservedAmqPrefix(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -423,7 +423,7 @@ func TestDeclareReservedAmqPrefix(t *testing.T) {
 // TestDeclareServerNamedQueue: declaring "" creates a queue named
 // "amq.gen-" and 22 base64url characters, a fresh one each time, and the
 // same sequence of names on two brokers given the same calls.
-// ref §9 (rabbit_guid:binary(gen_secure(), "amq.gen")); doc.go "Time and
+// semantics §9 (rabbit_guid:binary(gen_secure(), "amq.gen")); doc.go "Time and
 // determinism"; live 4.0.5 name amq.gen-848ZdIHDqGk6d7-_qR9tXg.
 func TestDeclareServerNamedQueue(t *testing.T) {
 	pattern := regexp.MustCompile(`^amq\.gen-[A-Za-z0-9_-]{22}$`)
@@ -465,7 +465,7 @@ func TestDeclareServerNamedQueue(t *testing.T) {
 // ErrNameTooLong before anything reaches the model, by every method taking
 // a queue name; the channel and connection stay usable and nothing is
 // created. 255 bytes is fine.
-// ref §6.3 (shortstr limit; amqp091-go leaves the connection unusable, ref
+// semantics §6.3 (shortstr limit; amqp091-go leaves the connection unusable, ref
 // observed); errors.go ErrNameTooLong.
 func TestDeclareNameTooLong(t *testing.T) {
 	for _, v := range []Version{RabbitMQ40, RabbitMQ43} {
@@ -511,7 +511,7 @@ func TestDeclareNameTooLong(t *testing.T) {
 // "classic" in a classic queue's arguments when the client gave none; the
 // arguments are kept in their wire types and the caller's table is not
 // modified.
-// ref §6.1 step 1, §12 (augment_declare_args); inspect.go QueueInfo.Arguments.
+// semantics §6.1 step 1, §12 (augment_declare_args); inspect.go QueueInfo.Arguments.
 func TestDeclareInjectsClassicQueueType(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("plain", nil)
@@ -537,7 +537,7 @@ func TestDeclareInjectsClassicQueueType(t *testing.T) {
 // TestQueueDeleteCountsReadyOnly: queue.delete reports the ready messages
 // it removed, not unacknowledged ones; the queue's consumers are cancelled
 // and its unacked deliveries can still be settled.
-// errors §3 ("Returned message_count is ready messages only", BQ:len in
+// semantics §E3 ("Returned message_count is ready messages only", BQ:len in
 // terminate_delete); live 4.0.5 (4 published, 2 out, delete -> 2).
 func TestQueueDeleteCountsReadyOnly(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -578,7 +578,7 @@ func TestQueueDeleteCountsReadyOnly(t *testing.T) {
 
 // TestQueueDeleteMissingQueueReturnsZero: deleting a queue that does not
 // exist succeeds with 0 and leaves the channel open.
-// errors §3 ("Missing queue: {ok, 0} ... No error"); live 4.0.5.
+// semantics §E3 ("Missing queue: {ok, 0} ... No error"); live 4.0.5.
 func TestQueueDeleteMissingQueueReturnsZero(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	n, err := e.ch.QueueDelete("missing", true, true, false)
@@ -592,7 +592,7 @@ func TestQueueDeleteMissingQueueReturnsZero(t *testing.T) {
 
 // TestQueuePurgeCountsReadyOnly: queue.purge removes and counts the ready
 // messages only; unacknowledged ones stay and can be requeued.
-// errors §3 (rabbit_variable_queue:purge returns len; "Unacked messages
+// semantics §E3 (rabbit_variable_queue:purge returns len; "Unacked messages
 // stay"); live 4.0.5 (purge -> 2 with 2 out).
 func TestQueuePurgeCountsReadyOnly(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -619,7 +619,7 @@ func TestQueuePurgeCountsReadyOnly(t *testing.T) {
 
 // TestQueuePurgeMissingQueue404: purging a missing queue is a 404 channel
 // error.
-// errors §3 ("Missing queue: 404 NOT_FOUND - no queue 'q' in vhost '/'");
+// semantics §E3 ("Missing queue: 404 NOT_FOUND - no queue 'q' in vhost '/'");
 // live 4.0.5.
 func TestQueuePurgeMissingQueue404(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -636,7 +636,7 @@ func TestQueuePurgeMissingQueue404(t *testing.T) {
 // TestQueueDeleteIfEmptyBeforeIfUnused: on a classic queue if-empty is
 // checked before if-unused (both 406 channel errors); "empty" counts ready
 // messages only.
-// errors §3 (cqp handle_call delete: "if_empty is checked before
+// semantics §E3 (cqp handle_call delete: "if_empty is checked before
 // if_unused"); live 4.0.5 ("not empty" with both flags, "in use" with
 // if-unused, if-empty with only unacked -> deleted, 0).
 func TestQueueDeleteIfEmptyBeforeIfUnused(t *testing.T) {
@@ -687,7 +687,7 @@ func TestQueueDeleteIfEmptyBeforeIfUnused(t *testing.T) {
 // TestQueueDeleteQuorumConditionalNotImplemented: if-unused or if-empty on
 // a quorum queue is 540 NOT_IMPLEMENTED, a connection error (if-unused
 // named first when both are set).
-// errors §3 (qq:delete, line 828); live 4.0.5 texts, connection closed.
+// semantics §E3 (qq:delete, line 828); live 4.0.5 texts, connection closed.
 func TestQueueDeleteQuorumConditionalNotImplemented(t *testing.T) {
 	for _, tc := range []struct {
 		name              string
@@ -735,7 +735,7 @@ func TestQueueDeleteQuorumConditionalNotImplemented(t *testing.T) {
 // TestDeclareExclusiveForcesTransient: the channel declares an exclusive
 // queue non-durable whatever the durable flag says, so redeclaring it with
 // either durable value is equivalent.
-// errors §2.1 step 2 (Durable = durable andalso not exclusive), ref §5.5;
+// semantics §E2.1 step 2 (Durable = durable andalso not exclusive), semantics §5.5;
 // live 4.0.5 (both redeclares succeed).
 func TestDeclareExclusiveForcesTransient(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)

@@ -16,8 +16,8 @@ import (
 // 150 ms per quiet period, so a live run is always a little later than the
 // model's virtual clock), and each scenario waits less than ~3 s in all.
 //
-// "ref §N" cites /work/shared/reference/rabbitmq-4-semantics.md, "observed"
-// its final "Observed on a live RabbitMQ 4.0.5" section.
+// "semantics §N" cites docs/rabbitmq-semantics.md, "observed" its
+// section 11, observations on a live RabbitMQ 4.0.5.
 
 const clsMs = time.Millisecond
 
@@ -62,7 +62,7 @@ func init() {
 
 		{
 			Name: "classic-ttl-head-only",
-			Cite: "ref §1.2 (only the head is examined); observed: per-message 2000 then 200 ms, wait 500, only the 2000 ms one comes out",
+			Cite: "semantics §1.2 (only the head is examined); observed: per-message 2000 then 200 ms, wait 500, only the 2000 ms one comes out",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("ttl")
@@ -76,7 +76,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-head-only-dead-letter",
-			Cite: "ref §1.2, §3.3; observed: shared wait queue, long published before short, both dead-lettered together when the long one expires",
+			Cite: "semantics §1.2, §3.3; observed: shared wait queue, long published before short, both dead-lettered together when the long one expires",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				wait, work := r.Q("wait"), r.Q("work")
@@ -95,7 +95,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-queue-vs-message",
-			Cite: "ref §1.1 (lower of x-message-ttl and expiration wins, fixed at enqueue); §3.3 (original-expiration only for a per-message TTL)",
+			Cite: "semantics §1.1 (lower of x-message-ttl and expiration wins, fixed at enqueue); §3.3 (original-expiration only for a per-message TTL)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("ttl"), r.Q("dlq")
@@ -114,7 +114,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-zero-drops-without-consumer",
-			Cite: "ref §1.3 (deliver_or_enqueue: ttl 0, no DLX, nobody waiting: discarded, confirm still ack); §8",
+			Cite: "semantics §1.3 (deliver_or_enqueue: ttl 0, no DLX, nobody waiting: discarded, confirm still ack); §8",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("ttl0")
@@ -127,7 +127,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-zero-dead-letters",
-			Cite: "ref §1.3 (with a DLX the message is enqueued and dead-lettered as expired); §3.3 (no original-expiration for a queue TTL)",
+			Cite: "semantics §1.3 (with a DLX the message is enqueued and dead-lettered as expired); §3.3 (no original-expiration for a queue TTL)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("ttl0"), r.Q("dlq")
@@ -141,7 +141,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-zero-delivers-to-waiting-consumer",
-			Cite: "ref §1.3 (ttl 0: delivered if a consumer can take it at once, else expired); §7.1",
+			Cite: "semantics §1.3 (ttl 0: delivered if a consumer can take it at once, else expired); §7.1",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("ttl0"), r.Q("dlq")
@@ -164,7 +164,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-zero-requeue-expires",
-			Cite: "ref §1.3 (a message requeued into a ttl 0 queue has expired: requeue_and_run drops or dead-letters it)",
+			Cite: "semantics §1.3 (a message requeued into a ttl 0 queue has expired: requeue_and_run drops or dead-letters it)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("ttl0"), r.Q("dlq")
@@ -183,7 +183,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-expiration-zero",
-			Cite: "ref §1.3 (per-message expiration \"0\" is enqueued with expiry now, not discarded on the ttl-0 shortcut; it expires when at the head)",
+			Cite: "semantics §1.3 (per-message expiration \"0\" is enqueued with expiry now, not discarded on the ttl-0 shortcut; it expires when at the head)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("exp0"), r.Q("dlq")
@@ -200,7 +200,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-unacked-never-expires",
-			Cite: "ref §1.5 (unacked messages do not expire; requeued with their original expiry, expired at the head at once)",
+			Cite: "semantics §1.5 (unacked messages do not expire; requeued with their original expiry, expired at the head at once)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("ttl"), r.Q("dlq")
@@ -220,7 +220,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-priority-stuck-behind-higher",
-			Cite: "ref §1.4 (priority queue: only the head of the highest non-empty level expires; expired low-priority messages stay counted)",
+			Cite: "semantics §1.4 (priority queue: only the head of the highest non-empty level expires; expired low-priority messages stay counted)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("prio")
@@ -235,7 +235,7 @@ func init() {
 
 		{
 			Name: "classic-ttl-priority-shorter-head-not-rearmed",
-			Cite: "ref §1.4 (deliver_or_enqueue runs drop_expired_msgs only when the queue had been empty, so a higher-priority message with a shorter TTL that becomes the head waits for the timer armed for the old head)",
+			Cite: "semantics §1.4 (deliver_or_enqueue runs drop_expired_msgs only when the queue had been empty, so a higher-priority message with a shorter TTL that becomes the head waits for the timer armed for the old head)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("prio"), r.Q("dlq")
@@ -253,7 +253,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-priority-expired-head-fetched",
-			Cite: "ref §1.2 race (fetch takes the head before dropping expired messages), §1.4 (the expired high-priority head has no timer of its own)",
+			Cite: "semantics §1.2 race (fetch takes the head before dropping expired messages), §1.4 (the expired high-priority head has no timer of its own)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("prio"), r.Q("dlq")
@@ -269,7 +269,7 @@ func init() {
 
 		{
 			Name: "classic-ttl-priority-expired-head-consumed",
-			Cite: "ref §1.4 with run_message_queue (a consumer attaching fetches the head with no expiry check first: the uncovered expired high-priority message is delivered)",
+			Cite: "semantics §1.4 with run_message_queue (a consumer attaching fetches the head with no expiry check first: the uncovered expired high-priority message is delivered)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("prio"), r.Q("dlq")
@@ -285,7 +285,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-priority-cancel-drops-expired-head",
-			Cite: "ref §1.4 with stop_consumer (basic.cancel runs requeue_and_run, whose drop_expired_msgs reaps the uncovered expired high-priority head)",
+			Cite: "semantics §1.4 with stop_consumer (basic.cancel runs requeue_and_run, whose drop_expired_msgs reaps the uncovered expired high-priority head)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("prio"), r.Q("dlq")
@@ -307,7 +307,7 @@ func init() {
 		},
 		{
 			Name: "classic-ttl-requeue-keeps-expiry",
-			Cite: "ref §1.5 (the original expiry is kept on requeue: a message requeued 600 ms into a 1000 ms queue TTL expires at 1000, not 1600)",
+			Cite: "semantics §1.5 (the original expiry is kept on requeue: a message requeued 600 ms into a 1000 ms queue TTL expires at 1000, not 1600)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("ttl"), r.Q("dlq")
@@ -332,7 +332,7 @@ func init() {
 
 		{
 			Name: "classic-dead-letter-expired-headers",
-			Cite: "ref §3.3 (x-death fields, x-first/last-death-*, expiration removed, other properties and headers kept, delivered with the DLX and DLRK)",
+			Cite: "semantics §3.3 (x-death fields, x-first/last-death-*, expiration removed, other properties and headers kept, delivered with the DLX and DLRK)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("src"), r.Q("dlq")
@@ -352,7 +352,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-rejected-headers",
-			Cite: "ref §3.1 (reject and nack without requeue: reason rejected), §3.3 (original-expiration only with a per-message TTL)",
+			Cite: "semantics §3.1 (reject and nack without requeue: reason rejected), §3.3 (original-expiration only with a per-message TTL)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("src"), r.Q("dlq")
@@ -371,7 +371,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-after-requeue",
-			Cite: "ref §3.3, §7.3: a message requeued (redelivered) and then rejected arrives in the dead-letter queue as a new message, redelivered=false",
+			Cite: "semantics §3.3, §7.3: a message requeued (redelivered) and then rejected arrives in the dead-letter queue as a new message, redelivered=false",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("src"), r.Q("dlq")
@@ -385,7 +385,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-nack-multiple",
-			Cite: "ref §3.1 (basic.nack without requeue dead-letters with reason rejected); the order several nacked messages reach the dead-letter queue",
+			Cite: "semantics §3.1 (basic.nack without requeue dead-letters with reason rejected); the order several nacked messages reach the dead-letter queue",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("src"), r.Q("dlq")
@@ -407,7 +407,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-ignores-client-x-death",
-			Cite: "ref §3.4 (4.0 does not interpret a client-supplied x-death: the first broker death starts from count 1, overwrites x-death and sets x-first-death-*)",
+			Cite: "semantics §3.4 (4.0 does not interpret a client-supplied x-death: the first broker death starts from count 1, overwrites x-death and sets x-first-death-*)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("src"), r.Q("dlq")
@@ -422,7 +422,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-own-routing-keys-bcc",
-			Cite: "ref §3.2 (without a DLRK the message's routing keys are used: the publish key, CC and BCC), §3.3 (routing-keys excludes BCC); BCC is removed from the headers at publish",
+			Cite: "semantics §3.2 (without a DLRK the message's routing keys are used: the publish key, CC and BCC), §3.3 (routing-keys excludes BCC); BCC is removed from the headers at publish",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, bcc := r.Q("src"), r.Q("bcc")
@@ -437,7 +437,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-twice",
-			Cite: "ref §3.3 (x-death newest first, one entry per {queue,reason}; x-first-death-* kept, x-last-death-* updated; the second death has no original-expiration)",
+			Cite: "semantics §3.3 (x-death newest first, one entry per {queue,reason}; x-first-death-* kept, x-last-death-* updated; the second death has no original-expiration)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				a, b, c := r.Q("a"), r.Q("b"), r.Q("c")
@@ -452,7 +452,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-reject-into-same-queue",
-			Cite: "ref §3.5 (no cycle check for reason rejected: DLX \"\" without DLRK sends a rejected message back to its own queue), §3.3 (repeated death: count 2)",
+			Cite: "semantics §3.5 (no cycle check for reason rejected: DLX \"\" without DLRK sends a rejected message back to its own queue), §3.3 (repeated death: count 2)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("loop")
@@ -467,7 +467,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-repeated-death-moves-to-front",
-			Cite: "ref §3.3 (a repeated {queue,reason} death increments count and moves the entry to the front, keeping its first values), §3.5 (reject cycles allowed)",
+			Cite: "semantics §3.3 (a repeated {queue,reason} death increments count and moves the entry to the front, keeping its first values), §3.5 (reject cycles allowed)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				a, b := r.Q("a"), r.Q("b")
@@ -482,7 +482,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-expiry-cycle-dropped",
-			Cite: "ref §3.5 (expiry back into the same queue through DLX \"\" is a cycle without a rejection: dropped)",
+			Cite: "semantics §3.5 (expiry back into the same queue through DLX \"\" is a cycle without a rejection: dropped)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("loop")
@@ -495,7 +495,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-expiry-cycle-two-queues",
-			Cite: "ref §3.5 (a→b→a by expiry: the second death in b would route to a, whose death is in the list with no rejection: dropped)",
+			Cite: "semantics §3.5 (a→b→a by expiry: the second death in b would route to a, whose death is in the list with no rejection: dropped)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				a, b := r.Q("a"), r.Q("b")
@@ -512,7 +512,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-cycle-with-rejection-kept",
-			Cite: "ref §3.5 (a cycle with a rejection in it is not dropped: rejected from a, expired from b, back into a)",
+			Cite: "semantics §3.5 (a cycle with a rejection in it is not dropped: rejected from a, expired from b, back into a)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				a, b := r.Q("a"), r.Q("b")
@@ -531,7 +531,7 @@ func init() {
 
 		{
 			Name: "classic-dead-letter-routing-key",
-			Cite: "ref §3.2 (x-dead-letter-routing-key replaces the message's routing keys; CC routes not used), §3.3 (CC header, x-death routing-keys), §10 open point 2",
+			Cite: "semantics §3.2 (x-dead-letter-routing-key replaces the message's routing keys; CC routes not used), §3.3 (CC header, x-death routing-keys), §10 open point 2",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq, cc := r.Q("src"), r.Q("dlq"), r.Q("cc")
@@ -547,7 +547,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-own-routing-keys",
-			Cite: "ref §3.2 (without x-dead-letter-routing-key the message's own routing key and CC routes are used)",
+			Cite: "semantics §3.2 (without x-dead-letter-routing-key the message's own routing key and CC routes are used)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, cc := r.Q("src"), r.Q("cc")
@@ -562,7 +562,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-missing-queue",
-			Cite: "ref §3.2 (DLX \"\" routing to a queue that does not exist: dropped silently, no return, channel open)",
+			Cite: "semantics §3.2 (DLX \"\" routing to a queue that does not exist: dropped silently, no return, channel open)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("src")
@@ -580,7 +580,7 @@ func init() {
 		},
 		{
 			Name: "classic-dead-letter-missing-exchange",
-			Cite: "ref §3.2 (a DLX that does not exist when a message dies: dropped silently; with_dlx falls back to drop)",
+			Cite: "semantics §3.2 (a DLX that does not exist when a message dies: dropped silently; with_dlx falls back to drop)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("src")
@@ -599,7 +599,7 @@ func init() {
 		},
 		{
 			Name: "classic-hold-queue-priority",
-			Cite: "observed: hold queue x-message-ttl 500, x-expires 1000, DLX \"\" to a priority work queue with 3 messages at priority 0: the held message (priority 10, delivery mode 2) is delivered first; ref §2 (not renewed by publish)",
+			Cite: "observed: hold queue x-message-ttl 500, x-expires 1000, DLX \"\" to a priority work queue with 3 messages at priority 0: the held message (priority 10, delivery mode 2) is delivered first; semantics §2 (not renewed by publish)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				work, hold := r.Q("work"), r.Q("hold")
@@ -621,7 +621,7 @@ func init() {
 
 		{
 			Name: "classic-expires-renewed-by-declare",
-			Cite: "ref §2 (classic: a non-passive, non-nowait queue.declare restarts the x-expires period)",
+			Cite: "semantics §2 (classic: a non-passive, non-nowait queue.declare restarts the x-expires period)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("lease")
@@ -637,7 +637,7 @@ func init() {
 		},
 		{
 			Name: "classic-expires-renewed-by-passive",
-			Cite: "ref §2 (classic: a passive declare is a stat call, which restarts the x-expires period)",
+			Cite: "semantics §2 (classic: a passive declare is a stat call, which restarts the x-expires period)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("lease")
@@ -653,7 +653,7 @@ func init() {
 		},
 		{
 			Name: "classic-expires-renewed-by-get",
-			Cite: "ref §2 (classic: basic.get restarts the x-expires period, even on an empty queue)",
+			Cite: "semantics §2 (classic: basic.get restarts the x-expires period, even on an empty queue)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("lease")
@@ -669,7 +669,7 @@ func init() {
 		},
 		{
 			Name: "classic-expires-not-renewed-by-publish",
-			Cite: "ref §2 (publishing does not renew the lease; messages of an expired queue are not dead-lettered); observed: x-expires 1600 with a publish every 300 ms gone 2.4 s after its one declare",
+			Cite: "semantics §2 (publishing does not renew the lease; messages of an expired queue are not dead-lettered); observed: x-expires 1600 with a publish every 300 ms gone 2.4 s after its one declare",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q, dlq := r.Q("lease"), r.Q("dlq")
@@ -688,7 +688,7 @@ func init() {
 		},
 		{
 			Name: "classic-expires-not-renewed-by-refused-declare",
-			Cite: "ref §6.1 (assert_equivalence runs before the stat that renews the lease): an inequivalent redeclare (406) does not renew x-expires",
+			Cite: "semantics §6.1 (assert_equivalence runs before the stat that renews the lease): an inequivalent redeclare (406) does not renew x-expires",
 			Run: func(r *Run) {
 				conn, ch := setup(r)
 				q := r.Q("lease")
@@ -703,7 +703,7 @@ func init() {
 		},
 		{
 			Name: "classic-expires-renewed-by-refused-passive",
-			Cite: "ref §2, rabbit_channel passive queue.declare (the stat that renews the lease runs before check_exclusive_access): another connection's passive declare of an exclusive queue is refused (405) but renews x-expires",
+			Cite: "semantics §2, rabbit_channel passive queue.declare (the stat that renews the lease runs before check_exclusive_access): another connection's passive declare of an exclusive queue is refused (405) but renews x-expires",
 			Run: func(r *Run) {
 				_, och := setup(r)
 				q := r.Q("lease")
@@ -721,7 +721,7 @@ func init() {
 		},
 		{
 			Name: "classic-expires-consumer-holds-lease",
-			Cite: "ref §2 (a queue with consumers never expires; the period restarts when the last consumer is cancelled)",
+			Cite: "semantics §2 (a queue with consumers never expires; the period restarts when the last consumer is cancelled)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("lease")
@@ -742,7 +742,7 @@ func init() {
 
 		{
 			Name: "classic-requeue-original-position",
-			Cite: "ref §7.3 (classic requeue merges back by sequence id: original position, redelivered); observed: get m0, get m1, reject m1, reject m0 → m0 m1 m2",
+			Cite: "semantics §7.3 (classic requeue merges back by sequence id: original position, redelivered); observed: get m0, get m1, reject m1, reject m0 → m0 m1 m2",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("rq")
@@ -763,7 +763,7 @@ func init() {
 		},
 		{
 			Name: "classic-priority-requeue-original-position",
-			Cite: "ref §4.1 (requeue returns a message to its own priority level at its original position, redelivered)",
+			Cite: "semantics §4.1 (requeue returns a message to its own priority level at its original position, redelivered)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("prio")
@@ -781,7 +781,7 @@ func init() {
 		},
 		{
 			Name: "classic-priority-max-zero",
-			Cite: "ref §4.1, §10 open point 5 (x-max-priority 0 is accepted; rabbit_priority_queue uses max(1, ...), so it behaves like 1)",
+			Cite: "semantics §4.1, §10 open point 5 (x-max-priority 0 is accepted; rabbit_priority_queue uses max(1, ...), so it behaves like 1)",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("prio0")
@@ -795,7 +795,7 @@ func init() {
 		},
 		{
 			Name: "classic-channel-close-requeue",
-			Cite: "ref §7.3 (unacked deliveries requeued to their original positions when the channel closes); observed: prefetch 2 over 3 messages, close → c0* c1* c2",
+			Cite: "semantics §7.3 (unacked deliveries requeued to their original positions when the channel closes); observed: prefetch 2 over 3 messages, close → c0* c1* c2",
 			Run: func(r *Run) {
 				conn, ch := setup(r)
 				q := r.Q("close")
@@ -815,7 +815,7 @@ func init() {
 		},
 		{
 			Name: "classic-purge-counts-ready-only",
-			Cite: "ref §7.3; queue.purge removes and counts ready messages only: unacked ones survive and can be requeued",
+			Cite: "semantics §7.3; queue.purge removes and counts ready messages only: unacked ones survive and can be requeued",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("purge")
@@ -869,7 +869,7 @@ func init() {
 		},
 		{
 			Name: "classic-purge-missing-queue",
-			Cite: "ref §6.2 (404 NOT_FOUND - no queue 'q' in vhost '/'): queue.purge of a missing queue closes the channel",
+			Cite: "semantics §6.2 (404 NOT_FOUND - no queue 'q' in vhost '/'): queue.purge of a missing queue closes the channel",
 			Run: func(r *Run) {
 				conn, ch := setup(r)
 				q := r.Q("gone")
@@ -882,7 +882,7 @@ func init() {
 		},
 		{
 			Name: "classic-mandatory-no-route",
-			Cite: "ref §8 (default exchange, missing queue: mandatory → basic.return 312 NO_ROUTE before the confirm ack; not mandatory → dropped, acked); observed",
+			Cite: "semantics §8 (default exchange, missing queue: mandatory → basic.return 312 NO_ROUTE before the confirm ack; not mandatory → dropped, acked); observed",
 			Run: func(r *Run) {
 				_, ch := setup(r)
 				q := r.Q("nowhere")
@@ -899,7 +899,7 @@ func init() {
 
 		{
 			Name: "classic-exclusive-other-connection",
-			Cite: "ref §6.1a (405 RESOURCE_LOCKED for another connection's exclusive queue: declare, passive, get, consume, purge, delete; publishing is allowed)",
+			Cite: "semantics §6.1a (405 RESOURCE_LOCKED for another connection's exclusive queue: declare, passive, get, consume, purge, delete; publishing is allowed)",
 			Run: func(r *Run) {
 				owner, och := setup(r)
 				q := r.Q("excl")

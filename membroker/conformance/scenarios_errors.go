@@ -3,9 +3,9 @@ package conformance
 // Error and declaration scenarios: argument validation, re-declaration
 // equivalence, quorum refusals, reserved names, exclusive queues, unknown
 // delivery tags, publish refusals, consumer-tag reuse, missing queues,
-// conditional deletes and basic.qos. "errors §N" cites
-// /tmp/research/rabbit-errors.md (texts read from the v4.0.5 source); "§N"
-// cites shared/reference/rabbitmq-4-semantics.md.
+// conditional deletes and basic.qos. "§EN" cites the error texts of
+// docs/rabbitmq-semantics.md (read from the v4.0.5 source); "§N" its other
+// sections.
 
 import (
 	"fmt"
@@ -83,7 +83,7 @@ var errorScenarioList = []Scenario{
 	// --- Successful re-declaration -------------------------------------
 	{
 		Name: "declare-redeclare-same",
-		Cite: "§6.1 step 3, errors §2.2: an equivalent re-declare is declare_ok with the ready and consumer counts; unknown keys are not compared, absent x-queue-type equals classic",
+		Cite: "§6.1 step 3, §E2.2: an equivalent re-declare is declare_ok with the ready and consumer counts; unknown keys are not compared, absent x-queue-type equals classic",
 		Run: func(r *Run) {
 			_, ch := setup(r)
 			q := r.Q("same")
@@ -136,7 +136,7 @@ var errorScenarioList = []Scenario{
 	// --- Inequivalent re-declaration -----------------------------------
 	{
 		Name: "error-inequivalent-arg-missing",
-		Cite: "§6.2, errors §2.2d: an argument present on one side only: 'received none but current is the value ...' or the reverse; keys compared in the classic type's order",
+		Cite: "§6.2, §E2.2d: an argument present on one side only: 'received none but current is the value ...' or the reverse; keys compared in the classic type's order",
 		Run: func(r *Run) {
 			c := r.Dial()
 			errRedeclareEach(r, c, "miss", []errRedecl{
@@ -153,7 +153,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-inequivalent-arg-value",
-		Cite: "§6.2, errors §2.2d: both sides present and different: the bare values ('received '2000' but current is '1000''), whatever the types",
+		Cite: "§6.2, §E2.2d: both sides present and different: the bare values ('received '2000' but current is '1000''), whatever the types",
 		Run: func(r *Run) {
 			c := r.Dial()
 			errRedeclareEach(r, c, "val", []errRedecl{
@@ -186,7 +186,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-inequivalent-durable",
-		Cite: "§6.1 step 3b, errors §2.2b: 'inequivalent arg 'durable' ... received 'false' but current is 'true'', checked before auto_delete and arguments; exclusive forces durable false",
+		Cite: "§6.1 step 3b, §E2.2b: 'inequivalent arg 'durable' ... received 'false' but current is 'true'', checked before auto_delete and arguments; exclusive forces durable false",
 		Run: func(r *Run) {
 			c := r.Dial()
 			errRedeclareEach(r, c, "dur", []errRedecl{
@@ -200,7 +200,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-inequivalent-auto-delete",
-		Cite: "§6.1 step 3c, errors §2.2c: 'inequivalent arg 'auto_delete' ...', checked after durable and before the arguments",
+		Cite: "§6.1 step 3c, §E2.2c: 'inequivalent arg 'auto_delete' ...', checked after durable and before the arguments",
 		Run: func(r *Run) {
 			c := r.Dial()
 			errRedeclareEach(r, c, "ad", []errRedecl{
@@ -213,7 +213,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-inequivalent-queue-type",
-		Cite: "§6.2, errors §12: a quorum queue re-declared without x-queue-type meets the injected 'classic'; other types fall out of the argument comparison; a quorum queue compares only its own argument list",
+		Cite: "§6.2, §E12: a quorum queue re-declared without x-queue-type meets the injected 'classic'; other types fall out of the argument comparison; a quorum queue compares only its own argument list",
 		Run: func(r *Run) {
 			c := r.Dial()
 			q := tbl{"x-queue-type": "quorum"}
@@ -232,7 +232,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "declare-existing-not-validated",
-		Cite: "§6.1 step 3, errors §2.2: re-declaring an existing queue runs no argument validation, so an invalid value reads as 'inequivalent arg', an unknown type as an x-queue-type mismatch",
+		Cite: "§6.1 step 3, §E2.2: re-declaring an existing queue runs no argument validation, so an invalid value reads as 'inequivalent arg', an unknown type as an x-queue-type mismatch",
 		Run: func(r *Run) {
 			c := r.Dial()
 			errRedeclareEach(r, c, "exist", []errRedecl{
@@ -248,7 +248,7 @@ var errorScenarioList = []Scenario{
 	// --- Invalid arguments on creation ----------------------------------
 	{
 		Name: "error-invalid-x-expires",
-		Cite: "errors §1.3, §2 (x-expires): 0 {value_zero,0}, negative {value_negative,N}, above ten years {value_too_large,N}, non-integer \"expected integer, got T\"; 1 and 315360000000 accepted",
+		Cite: "§E1.3, §2 (x-expires): 0 {value_zero,0}, negative {value_negative,N}, above ten years {value_too_large,N}, non-integer \"expected integer, got T\"; 1 and 315360000000 accepted",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "exp", []errDecl{
 				errCase("zero", tbl{"x-expires": int32(0)}),
@@ -264,7 +264,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-invalid-x-message-ttl",
-		Cite: "errors §1.3, §1.1 (x-message-ttl): negative {value_negative,N}, above ten years {value_too_large,N}, non-integer \"expected integer, got T\"; 0 and 315360000000 accepted",
+		Cite: "§E1.3, §1.1 (x-message-ttl): negative {value_negative,N}, above ten years {value_too_large,N}, non-integer \"expected integer, got T\"; 0 and 315360000000 accepted",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "ttl", []errDecl{
 				errCase("negative", tbl{"x-message-ttl": int32(-1)}),
@@ -280,7 +280,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-invalid-x-max-priority",
-		Cite: "errors §1.3 (x-max-priority): negative {value_negative,N}, above 255 {max_value_exceeded,N}, non-integer \"expected integer, got T\"; 0 and 255 accepted",
+		Cite: "§E1.3 (x-max-priority): negative {value_negative,N}, above 255 {max_value_exceeded,N}, non-integer \"expected integer, got T\"; 0 and 255 accepted",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "prio", []errDecl{
 				errCase("negative", tbl{"x-max-priority": int32(-1)}),
@@ -295,7 +295,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-invalid-x-queue-type",
-		Cite: "errors §1.3 (x-queue-type): unknown \"unsupported queue type 'foo'\", non-string {unacceptable_type,T}; checked before every other argument",
+		Cite: "§E1.3 (x-queue-type): unknown \"unsupported queue type 'foo'\", non-string {unacceptable_type,T}; checked before every other argument",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "qtype", []errDecl{
 				errCase("foo", tbl{"x-queue-type": "foo"}),
@@ -308,7 +308,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-server-named-unknown-type",
-		Cite: "errors §1.3: a server-named declare with an unknown x-queue-type crashes rabbit_queue_type:discover in the channel: 541 INTERNAL_ERROR, a connection error [UNCERTAIN in the source]",
+		Cite: "§E1.3: a server-named declare with an unknown x-queue-type crashes rabbit_queue_type:discover in the channel: 541 INTERNAL_ERROR, a connection error [UNCERTAIN in the source]",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -323,7 +323,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-invalid-dead-letter",
-		Cite: "errors §1.3, §2.3 step 6: a non-string DLX is 'invalid type 'T' for arg 'x-dead-letter-exchange'' before anything else; DLRK without DLX routing_key_but_no_dlx_defined; non-string DLRK {unacceptable_type,T}",
+		Cite: "§E1.3, §2.3 step 6: a non-string DLX is 'invalid type 'T' for arg 'x-dead-letter-exchange'' before anything else; DLRK without DLX routing_key_but_no_dlx_defined; non-string DLRK {unacceptable_type,T}",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "dl", []errDecl{
 				errCase("dlrk without dlx", tbl{"x-dead-letter-routing-key": "rk"}),
@@ -339,7 +339,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-invalid-x-queue-mode",
-		Cite: "errors §1.3 (x-queue-mode, classic): other strings \"unsupported queue mode 'foo'\", non-string {unacceptable_type,T}; default and lazy accepted",
+		Cite: "§E1.3 (x-queue-mode, classic): other strings \"unsupported queue mode 'foo'\", non-string {unacceptable_type,T}; default and lazy accepted",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "mode", []errDecl{
 				errCase("foo", tbl{"x-queue-mode": "foo"}),
@@ -351,7 +351,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-invalid-x-queue-version",
-		Cite: "errors §1.3 (x-queue-version, classic): 0 and 3 \"unsupported queue version 'N'\", negative {value_negative,N}, non-integer \"expected integer, got T\"; 1 and 2 accepted",
+		Cite: "§E1.3 (x-queue-version, classic): 0 and 3 \"unsupported queue version 'N'\", negative {value_negative,N}, non-integer \"expected integer, got T\"; 1 and 2 accepted",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "ver", []errDecl{
 				errCase("zero", tbl{"x-queue-version": int32(0)}),
@@ -365,7 +365,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-invalid-x-single-active-consumer",
-		Cite: "errors §1.3: x-single-active-consumer accepts only a bool; anything else {unacceptable_type,T} (valid values are not modelled and not tested)",
+		Cite: "§E1.3: x-single-active-consumer accepts only a bool; anything else {unacceptable_type,T} (valid values are not modelled and not tested)",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "sac", []errDecl{
 				errCase("string", tbl{"x-single-active-consumer": "true"}),
@@ -376,7 +376,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-invalid-unmodelled-args",
-		Cite: "errors §1.3: invalid values of arguments membroker does not model are still RabbitMQ's 406 (x-max-length*, x-overflow, x-dead-letter-strategy, x-max-in-memory-*, x-quorum-initial-group-size, x-queue-leader-locator)",
+		Cite: "§E1.3: invalid values of arguments membroker does not model are still RabbitMQ's 406 (x-max-length*, x-overflow, x-dead-letter-strategy, x-max-in-memory-*, x-quorum-initial-group-size, x-queue-leader-locator)",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "unm", []errDecl{
 				errCase("max-length negative", tbl{"x-max-length": int32(-1)}),
@@ -395,7 +395,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-classic-foreign-args",
-		Cite: "§5.5, errors §1.2 step 4: a key another queue type owns is 'invalid arg 'K' for queue 'q' in vhost '/' of queue type rabbit_classic_queue' (x-delivery-limit included); unknown keys are ignored",
+		Cite: "§5.5, §E1.2 step 4: a key another queue type owns is 'invalid arg 'K' for queue 'q' in vhost '/' of queue type rabbit_classic_queue' (x-delivery-limit included); unknown keys are ignored",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "cfor", []errDecl{
 				errCase("x-delivery-limit", tbl{"x-delivery-limit": int32(5)}),
@@ -417,7 +417,7 @@ var errorScenarioList = []Scenario{
 	// --- Quorum refusals -------------------------------------------------
 	{
 		Name: "error-quorum-foreign-args",
-		Cite: "§5.5, §10 item 1, errors §1.2: classic- and stream-only keys on a quorum queue are 'invalid arg 'K' ... of queue type rabbit_quorum_queue', after the quorum type's own validators",
+		Cite: "§5.5, §10 item 1, §E1.2: classic- and stream-only keys on a quorum queue are 'invalid arg 'K' ... of queue type rabbit_quorum_queue', after the quorum type's own validators",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "qfor", []errDecl{
 				errCase("x-max-priority", errQuorum(tbl{"x-max-priority": int32(10)})),
@@ -434,7 +434,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-quorum-properties",
-		Cite: "§5.5, errors §2.3 step 10: quorum queues refuse auto-delete, exclusive and non-durable, checked in that order after the arguments; exclusive forces non-durable",
+		Cite: "§5.5, §E2.3 step 10: quorum queues refuse auto-delete, exclusive and non-durable, checked in that order after the arguments; exclusive forces non-durable",
 		Run: func(r *Run) {
 			q := tbl{"x-queue-type": "quorum"}
 			errDeclareEach(r, r.Dial(), "qprop", []errDecl{
@@ -450,7 +450,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-quorum-server-named",
-		Cite: "errors §9, §5.5: a server-named quorum queue is 406 'Cannot declare a server-named queue for type rabbit_quorum_queue', before argument validation",
+		Cite: "§E9, §5.5: a server-named quorum queue is 406 'Cannot declare a server-named queue for type rabbit_quorum_queue', before argument validation",
 		Run: func(r *Run) {
 			c := r.Dial()
 			for _, args := range []tbl{
@@ -466,7 +466,7 @@ var errorScenarioList = []Scenario{
 	// --- Names -----------------------------------------------------------
 	{
 		Name: "error-passive-missing",
-		Cite: "§6.2, errors §2.4: a passive declare of a missing queue is 404 'no queue 'q' in vhost '/''; a passive declare ignores flags and arguments",
+		Cite: "§6.2, §E2.4: a passive declare of a missing queue is 404 'no queue 'q' in vhost '/''; a passive declare ignores flags and arguments",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -488,7 +488,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-amq-prefix",
-		Cite: "§6.1 step 2, errors §2.1 step 3: a non-passive declare of an 'amq.' name is 403 'queue name 'amq.x' contains reserved prefix 'amq.*'', even for an existing server-named queue; passive declares are not checked",
+		Cite: "§6.1 step 2, §E2.1 step 3: a non-passive declare of an 'amq.' name is 403 'queue name 'amq.x' contains reserved prefix 'amq.*'', even for an existing server-named queue; passive declares are not checked",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -512,7 +512,7 @@ var errorScenarioList = []Scenario{
 
 	{
 		Name: "error-reply-text-limits",
-		Cite: "errors §0, rabbit_binary_generator:amqp_exception_explanation (chars_limit 255): a reply text over 255 characters becomes its first 252 and '...'; one still over 255 bytes (multi-byte characters) cannot be sent and the connection closes with 541 INTERNAL_ERROR (observed on 4.0.5)",
+		Cite: "§E0, rabbit_binary_generator:amqp_exception_explanation (chars_limit 255): a reply text over 255 characters becomes its first 252 and '...'; one still over 255 bytes (multi-byte characters) cannot be sent and the connection closes with 541 INTERNAL_ERROR (observed on 4.0.5)",
 		Run: func(r *Run) {
 			// Names are not run-prefixed: the prefix's length differs
 			// between runs and would move the cut. The queues never exist.
@@ -542,7 +542,7 @@ var errorScenarioList = []Scenario{
 	// --- Exclusive queues --------------------------------------------------
 	{
 		Name: "error-exclusive-other-connection",
-		Cite: "errors §10, §2.2a: another connection's exclusive queue is 405 RESOURCE_LOCKED on declare, passive declare, consume, get, purge and delete; publishing to it is allowed; a re-declare whose exclusive flag differs is 405 too",
+		Cite: "§E10, §2.2a: another connection's exclusive queue is 405 RESOURCE_LOCKED on declare, passive declare, consume, get, purge and delete; publishing to it is allowed; a re-declare whose exclusive flag differs is 405 too",
 		Run: func(r *Run) {
 			a := r.Dial()
 			cha := r.Channel(a)
@@ -608,7 +608,7 @@ var errorScenarioList = []Scenario{
 	// --- Unknown delivery tags ---------------------------------------------
 	{
 		Name: "error-ack-unknown-tag",
-		Cite: "errors §6: a tag never delivered is 406 'PRECONDITION_FAILED - unknown delivery tag N', a channel error; tag 0 without multiple too; multiple with tag 0 and nothing outstanding is a no-op",
+		Cite: "§E6: a tag never delivered is 406 'PRECONDITION_FAILED - unknown delivery tag N', a channel error; tag 0 without multiple too; multiple with tag 0 and nothing outstanding is a no-op",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -642,7 +642,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-ack-twice",
-		Cite: "errors §6: acknowledging a tag a second time (or after a nack or reject) is 406 'unknown delivery tag N'",
+		Cite: "§E6: acknowledging a tag a second time (or after a nack or reject) is 406 'unknown delivery tag N'",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -667,7 +667,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-nack-multiple-unknown-tag",
-		Cite: "errors §6: nack multiple with a tag that is not outstanding raises 'unknown delivery tag N' before settling anything; the closing channel requeues all its deliveries",
+		Cite: "§E6: nack multiple with a tag that is not outstanding raises 'unknown delivery tag N' before settling anything; the closing channel requeues all its deliveries",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -697,7 +697,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-reject-auto-acked",
-		Cite: "errors §6: a delivery made with no_ack has no tag to settle: reject, nack or ack of it is 406 'unknown delivery tag N'",
+		Cite: "§E6: a delivery made with no_ack has no tag to settle: reject, nack or ack of it is 406 'unknown delivery tag N'",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -724,7 +724,7 @@ var errorScenarioList = []Scenario{
 	// --- Publish refusals ----------------------------------------------------
 	{
 		Name: "error-publish-missing-exchange",
-		Cite: "§8, errors §7 step 4: publishing to a missing exchange is 404 'no exchange 'x' in vhost '/''; 'amq.default' is not an exchange over AMQP 0-9-1; the exchange is checked before the expiration",
+		Cite: "§8, §E7 step 4: publishing to a missing exchange is 404 'no exchange 'x' in vhost '/''; 'amq.default' is not an exchange over AMQP 0-9-1; the exchange is checked before the expiration",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -737,7 +737,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-publish-invalid-expiration",
-		Cite: "errors §7 step 6: 'invalid expiration 'raw': reason' (406) from rabbit_basic:parse_expiration, checked before routing so an unroutable publish is refused too; 0, +5 and 315360000000 accepted",
+		Cite: "§E7 step 6: 'invalid expiration 'raw': reason' (406) from rabbit_basic:parse_expiration, checked before routing so an unroutable publish is refused too; 0, +5 and 315360000000 accepted",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -767,7 +767,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-publish-user-id",
-		Cite: "errors §7 step 9: a user-id other than the authenticated user is 406 'user_id property set to 'bob' but authenticated user was 'guest''; 'guest' passes and is delivered",
+		Cite: "§E7 step 9: a user-id other than the authenticated user is 406 'user_id property set to 'bob' but authenticated user was 'guest''; 'guest' passes and is delivered",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -784,7 +784,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-publish-too-large",
-		Cite: "§8, errors §7 step 2: a body above 16 MiB is 406 'message size N is larger than configured max size 16777216'; 16 MiB exactly is accepted",
+		Cite: "§8, §E7 step 2: a body above 16 MiB is 406 'message size N is larger than configured max size 16777216'; 16 MiB exactly is accepted",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -802,7 +802,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-publish-immediate",
-		Cite: "§8, errors §7 step 1: immediate=true is 540 'NOT_IMPLEMENTED - immediate=true', a connection error",
+		Cite: "§8, §E7 step 1: immediate=true is 540 'NOT_IMPLEMENTED - immediate=true', a connection error",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -823,7 +823,7 @@ var errorScenarioList = []Scenario{
 	// --- Consumers -------------------------------------------------------------
 	{
 		Name: "error-consumer-tag-reuse",
-		Cite: "errors §4 step 1: reusing a consumer tag on one channel is 530 'NOT_ALLOWED - attempt to reuse consumer tag 't'', a connection error, checked before the queue is looked up; another channel may use the tag; cancelling an unknown tag is no error",
+		Cite: "§E4 step 1: reusing a consumer tag on one channel is 530 'NOT_ALLOWED - attempt to reuse consumer tag 't'', a connection error, checked before the queue is looked up; another channel may use the tag; cancelling an unknown tag is no error",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -848,7 +848,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-consume-exclusive-in-use",
-		Cite: "errors §4 step 6: on a classic queue an exclusive consume next to any consumer, or any consume next to an exclusive one, is 403 'queue 'q' in vhost '/' in exclusive use'; quorum queues ignore the exclusive flag [UNCERTAIN]",
+		Cite: "§E4 step 6: on a classic queue an exclusive consume next to any consumer, or any consume next to an exclusive one, is 403 'queue 'q' in vhost '/' in exclusive use'; quorum queues ignore the exclusive flag [UNCERTAIN]",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -874,7 +874,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-consume-invalid-args",
-		Cite: "errors §1.4: consumer arguments are validated after the 404/405 checks: x-priority must be an integer ('\"expected integer, got T\"'), stream-only consumer arguments are 'invalid arg ... of queue type ...'; unknown keys are ignored (valid x-priority is not modelled and not tested)",
+		Cite: "§E1.4: consumer arguments are validated after the 404/405 checks: x-priority must be an integer ('\"expected integer, got T\"'), stream-only consumer arguments are 'invalid arg ... of queue type ...'; unknown keys are ignored (valid x-priority is not modelled and not tested)",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -912,7 +912,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-missing-queue",
-		Cite: "errors §3, §4, §5, §0: consume, get and purge on a missing queue are 404 'no queue 'q' in vhost '/''; deleting a missing queue is delete_ok 0; an empty name with no previously declared queue is 404 'no previously declared queue'",
+		Cite: "§E3, §4, §5, §0: consume, get and purge on a missing queue are 404 'no queue 'q' in vhost '/''; deleting a missing queue is delete_ok 0; an empty name with no previously declared queue is 404 'no previously declared queue'",
 		Run: func(r *Run) {
 			c := r.Dial()
 			q := r.Q("missing")
@@ -954,7 +954,7 @@ var errorScenarioList = []Scenario{
 	// --- Deletes and QoS ---------------------------------------------------------
 	{
 		Name: "error-delete-conditions-classic",
-		Cite: "errors §3: classic queue.delete if-empty 406 'queue 'q' in vhost '/' not empty' (ready messages only, checked first), if-unused 406 'queue 'q' in vhost '/' in use'",
+		Cite: "§E3: classic queue.delete if-empty 406 'queue 'q' in vhost '/' not empty' (ready messages only, checked first), if-unused 406 'queue 'q' in vhost '/' in use'",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
@@ -988,7 +988,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-delete-conditions-quorum",
-		Cite: "errors §3: on a quorum queue queue.delete with if-unused or if-empty is 540 'NOT_IMPLEMENTED - cannot delete queue ... with if-unused flag set are not supported by quorum queues', a connection error, if-unused named first",
+		Cite: "§E3: on a quorum queue queue.delete with if-unused or if-empty is 540 'NOT_IMPLEMENTED - cannot delete queue ... with if-unused flag set are not supported by quorum queues', a connection error, if-unused named first",
 		Run: func(r *Run) {
 			q := r.Q("qdel")
 			ch := r.Channel(r.Dial())
@@ -1006,7 +1006,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-qos-prefetch-size",
-		Cite: "errors §8: basic.qos with prefetch_size != 0 is 540 'NOT_IMPLEMENTED - prefetch_size!=0 (N)', a connection error",
+		Cite: "§E8: basic.qos with prefetch_size != 0 is 540 'NOT_IMPLEMENTED - prefetch_size!=0 (N)', a connection error",
 		Run: func(r *Run) {
 			c := r.Dial()
 			ch := r.Channel(c)
