@@ -284,7 +284,7 @@ func TestConsumeCancelKeepsUnacked(t *testing.T) {
 }
 
 // Cancelling an unknown consumer tag is not an error.
-// Ref errors §4 ("basic.cancel with an unknown tag: basic.cancel_ok ... no
+// Ref semantics §E4 ("basic.cancel with an unknown tag: basic.cancel_ok ... no
 // error").
 func TestConsumeCancelUnknownTag(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -300,7 +300,7 @@ func TestConsumeCancelUnknownTag(t *testing.T) {
 // a fresh broker give the same tags.
 // Ref doc.go ("ctag-membroker-N", deterministic per broker); amqp091 names
 // consumers client-side. (RabbitMQ itself would generate amq.ctag-<random>,
-// errors §4 step 3.)
+// semantics §E4 step 3.)
 func TestConsumeGeneratedTagsAreDeterministic(t *testing.T) {
 	run := func() []string {
 		e := newEnv(t, RabbitMQ40)
@@ -327,7 +327,7 @@ func TestConsumeGeneratedTagsAreDeterministic(t *testing.T) {
 
 // Reusing a consumer tag on the same channel is a 530 NOT_ALLOWED connection
 // error; the same tag on another channel is fine.
-// Ref errors §4 step 1 ("attempt to reuse consumer tag", connection error).
+// Ref semantics §E4 step 1 ("attempt to reuse consumer tag", connection error).
 func TestConsumeTagReuseClosesConnection(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("q", nil)
@@ -354,7 +354,7 @@ func TestConsumeTagReuseClosesConnection(t *testing.T) {
 
 // When the queue is deleted under a consumer, NotifyCancel receives its tag
 // and its delivery channel closes.
-// Ref errors §3 (queue.delete cancels consumers; basic.cancel from the
+// Ref semantics §E3 (queue.delete cancels consumers; basic.cancel from the
 // server, which amqp091 reports on NotifyCancel).
 func TestConsumeQueueDeletedNotifiesCancel(t *testing.T) {
 	qqQueueTypes(t, func(t *testing.T, e *env) {
@@ -391,7 +391,7 @@ func TestConsumeQueueDeletedNotifiesCancel(t *testing.T) {
 
 // An exclusive consumer on a classic queue refuses other consumers, and an
 // exclusive consume on a queue with consumers is refused: 403.
-// Ref errors §4 step 6 (cqp line 1293: "ACCESS_REFUSED - queue 'q' in vhost
+// Ref semantics §E4 step 6 (cqp line 1293: "ACCESS_REFUSED - queue 'q' in vhost
 // '/' in exclusive use"); text checked live on 4.0.5.
 func TestConsumeExclusiveRefusesOthers(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
@@ -424,7 +424,7 @@ func TestConsumeExclusiveRefusesOthers(t *testing.T) {
 }
 
 // Consuming from a missing queue is a 404 channel error.
-// Ref errors §4 step 4; text checked live on 4.0.5.
+// Ref semantics §E4 step 4; text checked live on 4.0.5.
 func TestConsumeMissingQueue(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	errs := closeErr(e.ch)

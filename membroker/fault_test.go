@@ -51,7 +51,7 @@ var qqForced = qqServerErr(amqp.ConnectionForced,
 // requeued (a failed delivery on a quorum queue), exclusive queues go, and
 // other connections are untouched.
 // Ref §7.3 (unacked requeued on channel/connection close; quorum returns
-// count), errors §10 (exclusive queues deleted with their owner), amqp091
+// count), semantics §E10 (exclusive queues deleted with their owner), amqp091
 // Connection.shutdown (a connection error is sent to every channel's
 // NotifyClose).
 func TestFaultCloseConnection(t *testing.T) {
@@ -127,7 +127,7 @@ func TestFaultCloseConnection(t *testing.T) {
 // Broker.CloseChannel closes one channel with the error; the connection and
 // its other channels stay open, and the closed channel's unacked messages are
 // requeued.
-// Ref errors §0 (soft errors close the channel only) and §7.3.
+// Ref semantics §E0 (soft errors close the channel only) and §7.3.
 func TestFaultCloseChannel(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("q", nil)

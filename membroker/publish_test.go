@@ -143,7 +143,7 @@ func TestPublishUnroutableDroppedAndAcked(t *testing.T) {
 // Publishing to an exchange other than "" is a 404 that closes the channel;
 // "amq.default" is not an exchange over AMQP 0-9-1. Publish itself returns
 // nil, later calls amqp.ErrClosed; the connection stays open.
-// Ref errors §7 step 4 ("amq.default" not an exchange record in 0-9-1);
+// Ref semantics §E7 step 4 ("amq.default" not an exchange record in 0-9-1);
 // text checked live on 4.0.5.
 func TestPublishToMissingExchangeClosesChannel(t *testing.T) {
 	for _, x := range []string{"nope", "amq.default"} {
@@ -168,7 +168,7 @@ func TestPublishToMissingExchangeClosesChannel(t *testing.T) {
 
 // An invalid expiration property closes the channel with 406, even when the
 // message would route nowhere (the check runs before routing).
-// Ref errors §7 step 6 (check_expiration_header, rabbit_basic:
+// Ref semantics §E7 step 6 (check_expiration_header, rabbit_basic:
 // parse_expiration; "Checked before routing"); "10s" checked live on 4.0.5.
 func TestPublishInvalidExpirationClosesChannel(t *testing.T) {
 	for _, c := range []struct{ exp, reason string }{
@@ -283,7 +283,7 @@ func TestPublishPropertiesRoundTrip(t *testing.T) {
 
 // A user id other than the authenticated user ("guest") is a 406 that
 // closes the channel.
-// Ref errors §7 step 9 (rabbit_access_control:check_user_id); text checked
+// Ref semantics §E7 step 9 (rabbit_access_control:check_user_id); text checked
 // live on 4.0.5.
 func TestPublishUserIDMustBeGuest(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)

@@ -747,7 +747,7 @@ func TestQuorumPrefetchZeroCappedAt2000(t *testing.T) {
 
 // Quorum queues ignore the exclusive flag of basic.consume: a second
 // consumer (exclusive or not) is accepted.
-// Ref errors §4 step 6 ("Quorum: the exclusive flag is ignored"); checked
+// Ref semantics §E4 step 6 ("Quorum: the exclusive flag is ignored"); checked
 // live on 4.0.5: two exclusive consumers and a plain one all accepted.
 func TestQuorumIgnoresExclusiveConsume(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)

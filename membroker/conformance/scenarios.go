@@ -12,7 +12,7 @@ type Scenario struct {
 	// Name identifies the scenario in test names and golden files.
 	Name string
 	// Cite says what it checks and where the behaviour is documented (a
-	// section of shared/reference/rabbitmq-4-semantics.md, a RabbitMQ
+	// section of docs/rabbitmq-semantics.md, a RabbitMQ
 	// source file, or an observation on a live 4.0.5).
 	Cite string
 	// Run performs it.
