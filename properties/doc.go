@@ -7,7 +7,7 @@
 //     rates, handler and Retry-After distributions, crashes, dropped
 //     connections, refused hold declarations, broker restarts and
 //     outages), runs each with sim.Run
-//     and requires no error and no violation of invariants 1–8. Scenarios
+//     and requires no error and no violation of invariants 1–9. Scenarios
 //     stay small (at most 30 virtual seconds of arrivals, a 2-minute drain,
 //     20 jobs a second per arrival process), so one run takes a few
 //     milliseconds, and a failure shrinks to a small scenario rather than

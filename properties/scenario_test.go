@@ -20,7 +20,7 @@ import (
 // Poisson, burst and replayed arrivals, every handler outcome, and crashes,
 // dropped connections and refused hold declarations), sim.Run finishes
 // (within runTimeout of wall time: virtual time keeps moving), returns no
-// error and reports no violation of invariants 1–8. A failure names the
+// error and reports no violation of invariants 1–9. A failure names the
 // scenario's seed, prints the scenario as JSON and every violation with
 // its trace excerpt, and rapid shrinks it to a small scenario.
 //

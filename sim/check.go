@@ -34,9 +34,10 @@ var invariantNames = [...]string{
 	6: "no hold queue expires with messages",
 	7: "hold queues bounded",
 	8: "dead letters carry the right reason",
+	9: "reconnection keeps to its backoff",
 }
 
-// InvariantName returns the short name of invariant n (1–8).
+// InvariantName returns the short name of invariant n (1–9).
 func InvariantName(n int) string {
 	if n > 0 && n < len(invariantNames) {
 		return invariantNames[n]

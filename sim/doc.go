@@ -42,7 +42,11 @@
 //  8. dead letters carry the right reason and headers, malformed bodies
 //     reach the dead-letter queue verbatim and the consumer keeps
 //     consuming, and a poison job on a quorum queue is dead-lettered for
-//     delivery_limit after the default limit of 20 returns.
+//     delivery_limit after the default limit of 20 returns;
+//  9. reconnection keeps to its backoff, with no dial storm: after a
+//     restart or an outage, every dial of a process but its first comes
+//     exactly the wait its loop drew after the loop asked for it, one dial
+//     per wait, each wait within the backoff's bound for its attempt.
 //
 // The simulated broker is as sloppy as a live one (Scenario.Timing, on by
 // default at values measured on a live RabbitMQ 4.0.5): a publish lands up

@@ -6,6 +6,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -230,11 +231,49 @@ func (r *runner) connectionLost(w *worker) {
 	_ = w.back.Close()
 }
 
+// backoff is the reconnection loops' backoff: rabbitmq.Backoff's defaults.
+var backoff = redial.Backoff{Initial: rabbitmq.DefaultBackoffInitial, Max: rabbitmq.DefaultBackoffMax}
+
+// dialWatch is what invariant 9 knows of a process's reconnection: the
+// wait its loop asked for last, and since when. A process that crashes
+// and starts again gets a new loop, whose first dial needs no wait.
+type dialWatch struct {
+	loop    *redial.Core
+	waiting bool // loop asked for a wait and no dial has followed it
+	from    time.Duration
+	wait    time.Duration
+}
+
+// checkDial is invariant 9, for a process about to dial (ev is its loop's
+// Connecting report): no dial storm. Every attempt but a process's first
+// comes after a wait its loop asked for, exactly that wait after the
+// request, and the wait is within the backoff's bound for the attempt.
+// Full jitter allows any wait down to zero, so a single short wait proves
+// nothing; a process that dials without waiting, or twice for one wait
+// (two loops alive at once), or sooner than its wait, breaks it.
+func (r *runner) checkDial(watch *dialWatch, loop *redial.Core, ev redial.Event) {
+	w := *watch
+	*watch = dialWatch{loop: loop}
+	switch {
+	case w.loop != loop && ev.Attempt == 1 && ev.Delay == 0:
+		// A new loop's first dial: at once.
+	case w.loop != loop:
+		r.violate(9, nil, fmt.Sprintf("a new loop's first dial is attempt %d after %s", ev.Attempt, ev.Delay))
+	case !w.waiting:
+		r.violate(9, nil, fmt.Sprintf("attempt %d dialled with no wait asked for before it", ev.Attempt))
+	case ev.Delay != w.wait || r.now()-w.from != w.wait:
+		r.violate(9, nil, fmt.Sprintf("attempt %d dialled %s after its loop asked for a wait of %s (reported %s)",
+			ev.Attempt, r.now()-w.from, w.wait, ev.Delay))
+	case ev.Delay < 0 || ev.Delay > backoff.Bound(ev.Attempt):
+		r.violate(9, nil, fmt.Sprintf("attempt %d waited %s, outside the backoff's bound of %s", ev.Attempt, ev.Delay, backoff.Bound(ev.Attempt)))
+	}
+}
+
 // newLoop is a reconnection loop with rabbitmq.Backoff's defaults, its
 // jitter drawn from the seed under key.
 func (r *runner) newLoop(key uint64) *redial.Core {
 	var n uint64
-	return redial.New(1, redial.Backoff{Initial: rabbitmq.DefaultBackoffInitial, Max: rabbitmq.DefaultBackoffMax},
+	return redial.New(1, backoff,
 		func() float64 { n++; return r.draw(key, n, streamBackoff) })
 }
 
@@ -242,7 +281,7 @@ func (r *runner) newLoop(key uint64) *redial.Core {
 // a Wait becomes a timer, a Dial fails while the broker is unreachable and
 // otherwise calls connect. alive says whether the loop is still its
 // process's (a crash replaces it); failed traces a failed attempt.
-func (r *runner) runLoop(loop *redial.Core, acts []redial.Action, alive func() bool, connect func() error, failed func(attempt int)) {
+func (r *runner) runLoop(loop *redial.Core, watch *dialWatch, acts []redial.Action, alive func() bool, connect func() error, failed func(attempt int)) {
 	attempt := 0
 	for len(acts) > 0 {
 		a := acts[0]
@@ -251,11 +290,17 @@ func (r *runner) runLoop(loop *redial.Core, acts []redial.Action, alive func() b
 		case redial.Report:
 			if a.Event.State == redial.Connecting {
 				attempt = a.Event.Attempt
+				r.checkDial(watch, loop, a.Event)
 			}
 		case redial.Wait:
-			r.clk.AfterFunc(a.Delay, func() {
+			*watch = dialWatch{loop: loop, waiting: true, from: r.now(), wait: a.Delay}
+			wait := a.Delay
+			if r.opts.mutate == mutDialStorm {
+				wait /= 2
+			}
+			r.clk.AfterFunc(wait, func() {
 				if alive() {
-					r.runLoop(loop, loop.TimerFired(), alive, connect, failed)
+					r.runLoop(loop, watch, loop.TimerFired(), alive, connect, failed)
 				}
 			})
 		case redial.Dial:
@@ -274,7 +319,7 @@ func (r *runner) runLoop(loop *redial.Core, acts []redial.Action, alive func() b
 // runWorkerLoop runs worker w's reconnection loop (its process of
 // generation gen).
 func (r *runner) runWorkerLoop(w *worker, loop *redial.Core, gen int, acts []redial.Action) {
-	r.runLoop(loop, acts,
+	r.runLoop(loop, &w.dialWatch, acts,
 		func() bool { return w.gen == gen && w.dial == loop && !w.up },
 		func() error { return r.connectWorker(w) },
 		func(attempt int) {
@@ -285,7 +330,7 @@ func (r *runner) runWorkerLoop(w *worker, loop *redial.Core, gen int, acts []red
 // runProducerLoop runs the producer's reconnection loop; once connected,
 // the jobs that arrived meanwhile go out in order.
 func (r *runner) runProducerLoop(loop *redial.Core, acts []redial.Action) {
-	r.runLoop(loop, acts,
+	r.runLoop(loop, &r.producerDialWatch, acts,
 		func() bool { return r.producerDial == loop && r.producerDown },
 		func() error {
 			if err := r.connectProducer(); err != nil {

@@ -52,6 +52,7 @@ const (
 	mutHoldExpires2TTL          // hold queues are declared with seed 000's x-expires, 2 × TTL
 	mutAckFirst                 // the worker core acknowledges before the successor is confirmed
 	mutSettleStale              // the worker core settles a delivery whose connection is gone
+	mutDialStorm                // a reconnecting process waits half of what its backoff asks
 )
 
 // coreMutation is the worker core's deliberate bug for m, if it is one.
@@ -217,17 +218,18 @@ type runner struct {
 // workload is the state of the arrivals and of the producer that enqueues
 // them.
 type workload struct {
-	jobArgs      simJob // the arguments of the job being enqueued
-	nextJob      uint64
-	producerConn *membroker.Connection
-	producerBack *rabbitmq.Backend
-	producer     *queuey.Producer
-	producerDown bool // its connection is gone: arrivals wait
-	producerDial *redial.Core
-	producerGen  uint64   // producer reconnection loops so far
-	waiting      []uint64 // jobs that arrived while it was down, in order
-	enqueuing    uint64   // the job it is enqueueing: the ID NewID gives
-	configs      []queuey.QueueConfig
+	jobArgs           simJob // the arguments of the job being enqueued
+	nextJob           uint64
+	producerConn      *membroker.Connection
+	producerBack      *rabbitmq.Backend
+	producer          *queuey.Producer
+	producerDown      bool // its connection is gone: arrivals wait
+	producerDial      *redial.Core
+	producerDialWatch dialWatch
+	producerGen       uint64   // producer reconnection loops so far
+	waiting           []uint64 // jobs that arrived while it was down, in order
+	enqueuing         uint64   // the job it is enqueueing: the ID NewID gives
+	configs           []queuey.QueueConfig
 }
 
 // driver is the state of the system under test's worker processes.
@@ -317,8 +319,9 @@ type worker struct {
 	connGen workercore.Gen // connections so far: the core's generation of the current one
 	// dial is the process's reconnection loop (internal/redial, the code
 	// rabbitmq.Connect runs), made when it reconnects; nil before.
-	dial  *redial.Core
-	dials uint64 // processes so far, which keys its jitter draws
+	dial      *redial.Core
+	dialWatch dialWatch
+	dials     uint64 // processes so far, which keys its jitter draws
 	// restart is how long the process stays down after its next crash;
 	// defaults to a second.
 	restart time.Duration

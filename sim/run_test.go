@@ -301,6 +301,9 @@ func TestChecksHaveTeeth(t *testing.T) {
 		// The worker core's own settlement, as Worker.Run runs it.
 		{"the core acks before the successor is confirmed", mutAckFirst, 5},
 		{"the core settles a pre-drop delivery on the new connection", mutSettleStale, 5},
+		// The reconnection loop's shell, as rabbitmq.Connect's supervisor
+		// runs it.
+		{"a process redials before its backoff is over", mutDialStorm, 9},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := mixed("classic", "RabbitMQ40")
@@ -308,6 +311,9 @@ func TestChecksHaveTeeth(t *testing.T) {
 				// A successor the broker refuses: acknowledged first, the
 				// job is gone.
 				s = refusedHold()
+			}
+			if c.mut == mutDialStorm {
+				s.Faults = append(s.Faults, Fault{At: dur(30 * time.Second), Kind: FaultOutage, For: dur(10 * time.Second)})
 			}
 			res, _ := run(t, s, Options{mutate: c.mut})
 			for _, v := range res.Violations {

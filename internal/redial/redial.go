@@ -19,6 +19,12 @@ type Backoff struct {
 
 // Delay is the wait before attempt n, given u, a uniform draw in [0, 1).
 func (b Backoff) Delay(n int, u float64) time.Duration {
+	return time.Duration(u * float64(b.Bound(n)))
+}
+
+// Bound is the longest wait before attempt n (from 1; less counts as 1):
+// min(Max, Initial × 2^(n−1)). Every Delay(n, u) is under it.
+func (b Backoff) Bound(n int) time.Duration {
 	bound := b.Max
 	if n < 1 {
 		n = 1
@@ -28,7 +34,7 @@ func (b Backoff) Delay(n int, u float64) time.Duration {
 			bound = d
 		}
 	}
-	return time.Duration(u * float64(bound))
+	return bound
 }
 
 // Kind is what an action asks the shell to do.
