@@ -609,9 +609,12 @@ func TestLiveRefusedDeclarationLeavesPublishingWorking(t *testing.T) {
 
 // TestLiveQuorumPoisonJobReachesTheDeadQueueWithDeliveryLimit plays a job
 // that kills its worker every time: a raw consumer gets it without acking
-// and its connection dies. On RabbitMQ 4.0 each such return counts as a
-// delivery; past the default limit of 20 the broker itself dead-letters it,
-// through the quorum work queue's x-dead-letter-* arguments, into q.dead.
+// and its connection dies. On RabbitMQ 4.0 and 4.3 alike each such return
+// (a channel loss) counts as a delivery; past the default limit of 20 the
+// broker itself dead-letters it, through the quorum work queue's
+// x-dead-letter-* arguments, into q.dead, with x-first-death-reason
+// delivery_limit (4.3 counts reject but not nack; queuey never does either
+// to a job it ran).
 func TestLiveQuorumPoisonJobReachesTheDeadQueueWithDeliveryLimit(t *testing.T) {
 	r := newLiveRig(t, queuey.QueueConfig{Type: queuey.Quorum, Prefetch: 1, Retry: liveRetry})
 	id, err := r.producer.Enqueue(t.Context(), LiveWork{Name: "poison"})
@@ -657,6 +660,45 @@ func TestLiveQuorumPoisonJobReachesTheDeadQueueWithDeliveryLimit(t *testing.T) {
 	}
 	if env, err := queuey.DecodeEnvelope(d.Body); err != nil || env.ID != id {
 		t.Fatalf("dead letter body: %+v, %v", env, err)
+	}
+}
+
+// TestLiveQuorumRetriesAndDeferralsNeverCountTowardTheDeliveryLimit runs
+// a job on a quorum work queue 22 times: deferred 11 times, then failing
+// 10 times, then succeeding. Each deferral and retry is a new message
+// through a hold queue, and the delivery is acknowledged, so none of them
+// counts toward the broker's default delivery limit of 20 returns, on
+// RabbitMQ 4.0 (where every return counts) as on 4.3 (where only reject
+// and channel loss do): the job is never dead-lettered for delivery_limit.
+func TestLiveQuorumRetriesAndDeferralsNeverCountTowardTheDeliveryLimit(t *testing.T) {
+	const deferrals, failures = 11, 10
+	retry := queuey.RetryPolicy{Base: time.Second, Cap: time.Second, MaxAttempts: failures + 1, Jitter: queuey.NoJitter}
+	r := newLiveRig(t, queuey.QueueConfig{Type: queuey.Quorum, Prefetch: 1, Retry: retry}, 1000)
+	r.handle(func(ctx context.Context, job *queuey.Job[LiveWork]) error {
+		switch {
+		case job.Deferrals < deferrals:
+			return queuey.Defer(time.Second, "429")
+		case job.Attempt <= failures:
+			return errors.New("flaky")
+		}
+		return nil
+	})
+	r.start()
+	id, err := r.producer.Enqueue(t.Context(), LiveWork{Name: "busy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = deferrals + failures + 1
+	for n := 1; n <= want; n++ { // a second's hold between runs
+		r.waitFor(fmt.Sprintf("run %d of %d", n, want), func() bool { return len(r.Runs()) >= n })
+	}
+	runs := r.Runs()
+	last := runs[len(runs)-1]
+	if last.ID != id || last.Err != nil || last.Attempt != failures+1 || last.Deferrals != deferrals {
+		t.Fatalf("last run %v: want job %s succeeding at attempt %d after %d deferrals", last, id, failures+1, deferrals)
+	}
+	if n := r.ready(r.dead()); n != 0 {
+		t.Fatalf("%d dead letters; want none: a deferral or retry counted toward the delivery limit", n)
 	}
 }
 
