@@ -42,14 +42,14 @@ const (
 var faultBackoff = Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
 
 // command runs the command that the environment variable env names (its
-// words split on spaces), with args and without AMQP_URL in its
+// words split on spaces), with args and without AMQP_URL or AMQP_URL_43 in its
 // environment, which would make scripts/rabbitmq leave the broker alone.
 // It may run on any goroutine.
 func command(env string, args ...string) error {
 	argv := append(strings.Fields(os.Getenv(env)), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "AMQP_URL=") {
+		if !strings.HasPrefix(kv, "AMQP_URL=") && !strings.HasPrefix(kv, "AMQP_URL_43=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
