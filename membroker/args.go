@@ -2,6 +2,7 @@ package membroker
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"reflect"
@@ -64,13 +65,16 @@ type queueConfig struct {
 // the reason term RabbitMQ prints after "invalid arg '<key>' ...: ".
 type argCheck func(v any, args amqp.Table) string
 
-// declareArgs lists the arguments RabbitMQ validates on creation, in the
-// order rabbit_amqqueue:declare_args/0 checks them. Only the keys the queue's
-// type understands are checked; the others fail the type check after.
-var declareArgs = []struct {
+// declareArg is one argument RabbitMQ validates on creation.
+type declareArg struct {
 	key   string
 	check argCheck
-}{
+}
+
+// declareArgs lists the arguments RabbitMQ 4.0 validates on creation, in the
+// order rabbit_amqqueue:declare_args/0 checks them. Only the keys the queue's
+// type understands are checked; the others fail the type check after.
+var declareArgs = []declareArg{
 	{"x-expires", checkExpires},
 	{"x-message-ttl", checkMessageTTL},
 	{"x-dead-letter-exchange", checkString},
@@ -83,13 +87,27 @@ var declareArgs = []struct {
 	{"x-max-priority", checkMaxPriority},
 	{"x-overflow", checkOneOf("invalid_overflow", "drop-head", "reject-publish", "reject-publish-dlx")},
 	{"x-queue-mode", checkQueueMode},
-	{"x-queue-version", checkQueueVersion},
+	{"x-queue-version", checkQueueVersion40},
 	{"x-single-active-consumer", checkBool},
 	{"x-queue-type", checkQueueType},
 	{"x-quorum-initial-group-size", checkGroupSize},
 	{"x-queue-leader-locator", checkOneOf("invalid_queue_locator_arg",
 		"client-local", "balanced", "random", "least-leaders", "min-masters")},
 }
+
+// declareArgs43 is declareArgs as RabbitMQ 4.3 has it (semantics §E13):
+// x-queue-mode has no validator any more, and x-queue-version accepts only 2.
+var declareArgs43 = func() []declareArg {
+	out := slices.DeleteFunc(slices.Clone(declareArgs), func(a declareArg) bool {
+		return a.key == "x-queue-mode"
+	})
+	for i := range out {
+		if out[i].key == "x-queue-version" {
+			out[i].check = checkQueueVersion43
+		}
+	}
+	return out
+}()
 
 // Arguments each queue type understands, in the order its equivalence check
 // compares them (rabbit_classic_queue:queue_arguments/0,
@@ -109,13 +127,25 @@ var (
 		"x-queue-leader-locator",
 	}
 	// rabbit_stream_queue:capabilities; x-stream-filter-size-bytes is in
-	// no type's list, so classic and quorum queues ignore it (observed on
-	// 4.0.5: a classic queue declared with it is created).
+	// no type's list on 4.0, so classic and quorum queues ignore it
+	// (observed on 4.0.5: a classic queue declared with it is created).
 	streamArgs = []string{
 		"x-max-length-bytes", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes",
 		"x-initial-cluster-size", "x-queue-leader-locator",
 	}
+	// RabbitMQ 4.3 lists x-stream-filter-size-bytes among the stream's own
+	// arguments, so classic and quorum queues refuse it as another type's
+	// key (semantics §E13).
+	streamArgs43 = append(slices.Clip(streamArgs), "x-stream-filter-size-bytes")
 )
+
+// streamArgsOf returns the stream queue's own arguments in release v.
+func streamArgsOf(v Version) []string {
+	if v == RabbitMQ43 {
+		return streamArgs43
+	}
+	return streamArgs
+}
 
 // unmodelled are arguments RabbitMQ accepts whose effect membroker does not
 // model. Accepting them silently would let a test pass that means nothing, so
@@ -230,7 +260,15 @@ func checkBool(v any, _ amqp.Table) string {
 	return ""
 }
 
-func checkQueueVersion(v any, _ amqp.Table) string {
+// checkQueueVersion40 accepts x-queue-version 1 and 2, as RabbitMQ 4.0 does.
+func checkQueueVersion40(v any, _ amqp.Table) string { return checkQueueVersion(v, 1) }
+
+// checkQueueVersion43 accepts only x-queue-version 2: RabbitMQ 4.3 refuses 1
+// (semantics §E13).
+func checkQueueVersion43(v any, _ amqp.Table) string { return checkQueueVersion(v, 2) }
+
+// checkQueueVersion accepts the versions from lowest to 2.
+func checkQueueVersion(v any, lowest int64) string {
 	n, r := integerOrReason(v)
 	if r != "" {
 		return r
@@ -238,7 +276,7 @@ func checkQueueVersion(v any, _ amqp.Table) string {
 	switch {
 	case n < 0:
 		return fmt.Sprintf("{value_negative,%d}", n)
-	case n != 1 && n != 2:
+	case n < lowest || n > 2:
 		return fmt.Sprintf(`"unsupported queue version '%d'"`, n)
 	}
 	return ""
@@ -319,7 +357,9 @@ func kindOf(args amqp.Table) queueKind {
 }
 
 // validateNew checks the declaration of a queue that does not exist yet, in
-// the order RabbitMQ 4.0.5 does, and derives its configuration.
+// the order RabbitMQ 4.0.5 does (4.3 where v says so, semantics §E13), and
+// derives its configuration. It does not change args: the queue keeps the
+// table as declared.
 func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Table, v Version) (queueConfig, *amqp.Error) {
 	// rabbit_channel reads the DLX name before anything else.
 	if x, ok := args["x-dead-letter-exchange"]; ok {
@@ -327,6 +367,12 @@ func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Tab
 			return queueConfig{}, preconditionFailed("invalid type '%s' for arg 'x-dead-letter-exchange' in queue '%s' in vhost '%s'",
 				amqpTypeName(x), name, vhost)
 		}
+	}
+	if v == RabbitMQ43 && args["x-queue-type"] == "" {
+		// 4.3 validates an empty x-queue-type as the default type; the
+		// queue keeps the empty string (semantics §E13).
+		args = maps.Clone(args)
+		args["x-queue-type"] = "classic"
 	}
 	if x, ok := args["x-queue-type"]; ok {
 		if reason := checkQueueType(x, args); reason != "" {
@@ -341,7 +387,11 @@ func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Tab
 	if kind == quorumKind {
 		own = quorumArgs
 	}
-	for _, a := range declareArgs {
+	checks, streamOwn := declareArgs, streamArgsOf(v)
+	if v == RabbitMQ43 {
+		checks = declareArgs43
+	}
+	for _, a := range checks {
 		val, ok := args[a.key]
 		if !ok || !slices.Contains(own, a.key) {
 			continue
@@ -354,7 +404,7 @@ func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Tab
 	// sorted, which is the order RabbitMQ uses whenever it injected
 	// x-queue-type itself.
 	foreign := func(key string) bool {
-		known := slices.Contains(classicArgs, key) || slices.Contains(quorumArgs, key) || slices.Contains(streamArgs, key)
+		known := slices.Contains(classicArgs, key) || slices.Contains(quorumArgs, key) || slices.Contains(streamOwn, key)
 		return known && !slices.Contains(own, key)
 	}
 	for key := range args {
@@ -378,6 +428,13 @@ func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Tab
 		case !durable:
 			return queueConfig{}, preconditionFailed("invalid property 'non-durable' for queue '%s' in vhost '%s'", name, vhost)
 		}
+	}
+	if _, ok := args["x-queue-master-locator"]; ok && v == RabbitMQ43 && kind == classicKind {
+		// 4.3 denies the deprecated queue_master_locator feature when the
+		// classic queue is created: 541, a connection error, after every
+		// argument check and before anything membroker refuses as
+		// unmodelled (semantics §E13).
+		return queueConfig{}, deprecatedDenied("queue_master_locator")
 	}
 	for _, key := range unmodelled {
 		if _, ok := args[key]; ok {

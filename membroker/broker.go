@@ -19,8 +19,8 @@ type Version int
 const (
 	// RabbitMQ43 models RabbitMQ 4.3: quorum queues with 32 strict priority
 	// levels, a delivery limit counted on failed deliveries (reject and
-	// connection loss, not nack), the x-acquired-count header, and transient
-	// non-exclusive queues refused. It is the zero Version.
+	// connection loss, not nack), the x-acquired-count header, and 4.3's
+	// declaration rules (semantics §E13). It is the zero Version.
 	RabbitMQ43 Version = iota
 	// RabbitMQ40 models RabbitMQ 4.0 to 4.2: quorum queues with two priority
 	// tiers served 2:1, and every requeue (reject, nack, channel close)
@@ -485,8 +485,12 @@ func (b *Broker) enqueue(q *queue, m *message) {
 	b.msgSeq++
 	m.id = b.msgSeq
 	m.redelivered, m.acquired, m.failed = false, 0, 0
-	if q.isQuorum() && b.version == RabbitMQ40 {
-		m.failed = m.deliveryCountAnn // rabbit_fifo maybe_set_msg_delivery_count
+	if q.isQuorum() || b.version != RabbitMQ40 {
+		// A quorum queue starts its header's delivery_count from the
+		// message's delivery_count annotation (maybe_set_msg_delivery_count);
+		// a RabbitMQ43 classic queue enters it in its delivery_count map
+		// (semantics §12).
+		m.failed = m.deliveryCountAnn
 	}
 	m.level = q.priorityLevel(m.pub.Priority, b.version)
 	m.hasExpiry = false
@@ -515,6 +519,12 @@ func (b *Broker) enqueue(q *queue, m *message) {
 		if q.cfg.hasMessageTTL && q.cfg.messageTTL == 0 && !q.cfg.hasDLX {
 			return // classic TTL 0 without a DLX: discarded, never enqueued
 		}
+	}
+	if !q.isQuorum() {
+		// A message with a delivery count leaves a classic queue with its
+		// is_delivered flag set (set_deliver_flag), but one handed straight
+		// to a waiting consumer above does not (semantics §12).
+		m.redelivered = m.failed > 0
 	}
 	q.enqueue(m)
 	if q.isQuorum() {
@@ -629,12 +639,16 @@ func (q *queue) allConsumers() []*consumer {
 // settleRequeue returns an unacknowledged message to its queue. failed says
 // whether the delivery counts as failed (reject, or the channel going down),
 // explicit whether the client asked for it (reject or nack, as opposed to a
-// channel or connection closing).
+// channel or connection closing). On RabbitMQ43 a failed delivery raises
+// a classic queue's delivery count too (semantics §12).
 func (b *Broker) settleRequeue(q *queue, m *message, failed, explicit bool) {
 	if q.deleted {
 		return
 	}
 	if !q.isQuorum() {
+		if failed && b.version != RabbitMQ40 {
+			m.failed++ // maybe_inc_delivery_count (semantics §12)
+		}
 		q.requeueClassic(m)
 		return
 	}
@@ -653,14 +667,14 @@ func (b *Broker) settleRequeue(q *queue, m *message, failed, explicit bool) {
 		b.deadLetter(q, m, "delivery_limit")
 		return
 	}
-	if limit < 0 && explicit {
+	if limit < 0 && explicit && b.version == RabbitMQ40 {
 		// Without a limit, an explicit return is re-enqueued at the back with
-		// a new index, in the normal tier (rabbit_fifo #requeue).
+		// a new index, in the normal tier (rabbit_fifo #requeue). RabbitMQ
+		// 4.3.6 returns it to the front like any other return (semantics
+		// §12.6).
 		b.msgSeq++
 		m.id = b.msgSeq
-		if b.version == RabbitMQ40 {
-			m.level = 0
-		}
+		m.level = 0
 		q.enqueue(m)
 		return
 	}

@@ -140,10 +140,20 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 		args["x-queue-type"] = "classic" // 4.x records the node default
 	}
 	if name == "" {
-		if s, ok := args["x-queue-type"].(string); !ok || (s != "classic" && s != "quorum" && s != "stream") {
+		s, ok := args["x-queue-type"].(string)
+		switch {
+		case ok && (s == "classic" || s == "quorum" || s == "stream"):
+		case ok && b.version == RabbitMQ43 && s == "":
+			// 4.3 takes an empty type for the default (semantics §E13).
+		case ok && b.version == RabbitMQ43:
+			// 4.3.6 turns the failed type lookup into a channel error
+			// (semantics §E13).
+			return amqp.Queue{}, ch.fail(preconditionFailed("unknown queue type '%s'", s))
+		default:
 			// rabbit_channel asks rabbit_queue_type:discover whether the
 			// type allows server naming, which crashes on an unknown type
-			// (observed on 4.0.5: 541 INTERNAL_ERROR, a connection error).
+			// (observed on 4.0.5: 541 INTERNAL_ERROR, a connection error;
+			// on 4.3.6 for a type that is not a string).
 			return amqp.Queue{}, ch.failConn(serverError(amqp.InternalError, "INTERNAL_ERROR"))
 		}
 		if kindOf(args) == quorumKind {
@@ -168,11 +178,6 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 	cfg, aerr := validateNew(name, durable, autoDelete, exclusive, args, b.version)
 	if aerr != nil {
 		return amqp.Queue{}, ch.fail(aerr)
-	}
-	if b.version == RabbitMQ43 && !durable && !exclusive {
-		return amqp.Queue{}, ch.failConn(serverError(amqp.InternalError,
-			"INTERNAL_ERROR - Feature `transient_nonexcl_queues` is deprecated. "+
-				"By default, this feature is not permitted anymore."))
 	}
 	q := &queue{
 		name: name, durable: durable, autoDelete: autoDelete, exclusive: exclusive,
@@ -754,13 +759,16 @@ func (ch *Channel) handOut(d *amqp.Delivery, q *queue, c *consumer, m *message, 
 		}
 	}
 	p := &m.pub
+	// Classic: the is_delivered flag. Quorum: add_delivery_count_header's
+	// Redelivered, an acquired count (or a delivery count standing in for
+	// one) above 0 (semantics §12).
 	*d = amqp.Delivery{
 		Acknowledger: ch, Headers: ch.b.headersOf(q, m),
 		ContentType: p.ContentType, ContentEncoding: p.ContentEncoding, DeliveryMode: p.DeliveryMode,
 		Priority: p.Priority, CorrelationId: p.CorrelationId, ReplyTo: p.ReplyTo,
 		Expiration: p.Expiration, MessageId: p.MessageId, Timestamp: p.Timestamp, Type: p.Type,
 		UserId: p.UserId, AppId: p.AppId,
-		DeliveryTag: tag, Redelivered: m.redelivered || m.acquired > 0 || (q.isQuorum() && m.failed > 0),
+		DeliveryTag: tag, Redelivered: m.redelivered || (q.isQuorum() && (m.acquired > 0 || m.failed > 0)),
 		Exchange: m.exchange, RoutingKey: m.routingKey,
 		Body: ch.b.bodyCopy(p.Body),
 	}
@@ -777,11 +785,11 @@ func (ch *Channel) handOut(d *amqp.Delivery, q *queue, c *consumer, m *message, 
 // headersOf builds a delivery's header table: the message's own headers,
 // the broker's death records, and the quorum delivery counters.
 func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
-	// On RabbitMQ40 a message can reach a quorum queue with a delivery
-	// count and no acquired count (dead-lettered out of another quorum
-	// queue): rabbit_fifo_client add_delivery_count_header then shows the
-	// delivery count.
-	quorumCount := q.isQuorum() && (m.acquired > 0 || (b.version == RabbitMQ40 && m.failed > 0))
+	// A message can reach a quorum queue with a delivery count and no
+	// acquired count (dead-lettered with a delivery_count annotation):
+	// rabbit_fifo_client add_delivery_count_header then takes the delivery
+	// count for the acquired count (semantics §12).
+	quorumCount := q.isQuorum() && (m.acquired > 0 || m.failed > 0)
 	if len(m.deaths) == 0 && !quorumCount {
 		return m.headerTable(b, 0)
 	}
@@ -808,10 +816,14 @@ func (b *Broker) headersOf(q *queue, m *message) amqp.Table {
 			}
 			h["x-delivery-count"] = int64(n)
 		} else {
+			n := m.acquired
+			if n == 0 {
+				n = m.failed
+			}
 			if m.failed > 0 {
 				h["x-delivery-count"] = int64(m.failed)
 			}
-			h["x-acquired-count"] = int64(m.acquired)
+			h["x-acquired-count"] = int64(n)
 		}
 	}
 	return h
@@ -825,14 +837,15 @@ func (ch *Channel) Ack(tag uint64, multiple bool) error {
 }
 
 // Nack negatively acknowledges like Reject, for one delivery or with
-// multiple for every delivery up to tag. On RabbitMQ43 quorum queues a
-// nack with requeue does not count toward the delivery limit; on
-// RabbitMQ40 it does.
+// multiple for every delivery up to tag. On RabbitMQ43 a nack, with or
+// without requeue, is not a failed delivery: it does not count toward the
+// quorum delivery limit or the delivery count a dead letter carries
+// (semantics §12); on RabbitMQ40 a quorum nack counts as a reject does.
 func (ch *Channel) Nack(tag uint64, multiple, requeue bool) error {
 	if requeue {
 		return ch.settle(tag, multiple, settleNackRequeue)
 	}
-	return ch.settle(tag, multiple, settleDiscard)
+	return ch.settle(tag, multiple, settleNackDiscard)
 }
 
 // Reject negatively acknowledges one delivery: with requeue it returns to
@@ -853,7 +866,8 @@ const (
 	settleAck settleOp = iota
 	settleNackRequeue
 	settleRejectRequeue
-	settleDiscard // nack or reject without requeue: dead-letter "rejected"
+	settleDiscard     // reject without requeue: dead-letter "rejected"
+	settleNackDiscard // nack without requeue: the same, not a failed delivery on RabbitMQ43
 )
 
 func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
@@ -889,13 +903,9 @@ func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
 			b.recycle(p.m)
 		case settleNackRequeue, settleRejectRequeue:
 			b.settleRequeue(p.q, p.m, op == settleRejectRequeue, true)
-		case settleDiscard:
+		case settleDiscard, settleNackDiscard:
 			if !p.q.deleted {
-				if p.q.isQuorum() {
-					// rabbit_fifo discard: incr_msg(DeliveryFailed=true).
-					p.m.acquired++
-					p.m.failed++
-				}
+				b.countDiscard(p.q, p.m, op == settleDiscard)
 				b.deadLetter(p.q, p.m, "rejected")
 			}
 		}
@@ -920,6 +930,25 @@ func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
 		}
 	}
 	return nil
+}
+
+// countDiscard counts a delivery settled without requeue (reject says
+// rejected, else nack) in m's counts before it is dead-lettered: on a
+// quorum queue the discard raises acquired_count, and delivery_count
+// unless it is a RabbitMQ43 nack (rabbit_fifo discard with DeliveryFailed
+// false); on a RabbitMQ43 classic queue a reject raises the delivery count
+// (ackfold with DelFailed true), a nack does not (semantics §12).
+func (b *Broker) countDiscard(q *queue, m *message, rejected bool) {
+	failed := rejected || b.version == RabbitMQ40
+	switch {
+	case q.isQuorum():
+		m.acquired++
+		if failed {
+			m.failed++
+		}
+	case rejected && b.version != RabbitMQ40:
+		m.failed++
+	}
 }
 
 // teardown closes the channel; err is nil for a clean close.

@@ -38,8 +38,12 @@ func (b *Broker) deadLetter(q *queue, m *message, reason string) {
 	if dropped {
 		return
 	}
-	if q.isQuorum() && m.failed > 0 {
-		m.deliveryCountAnn = m.failed // rabbit_fifo_dlx:discard annotates the header's delivery_count
+	if m.failed > 0 {
+		// The header's delivery_count goes with the message as an annotation
+		// (rabbit_fifo:annotate_msg), and on RabbitMQ43 a classic queue's
+		// delivery count too (annotate_delivery_count); a RabbitMQ40 classic
+		// queue keeps none, so failed is 0 there (semantics §12).
+		m.deliveryCountAnn = m.failed
 	}
 	found := -1
 	for i := range m.deaths {

@@ -54,10 +54,11 @@
 // The two profiles differ where RabbitMQ releases do: RabbitMQ40 (4.0 to
 // 4.2) counts every requeue toward the quorum delivery limit and has two
 // priority tiers; RabbitMQ43 counts reject and channel loss but not nack,
-// adds x-acquired-count, has strict priorities and refuses transient
-// non-exclusive queues (541). RabbitMQ40 is the profile proved against a
+// adds x-acquired-count, has strict priorities and validates declarations
+// as 4.3 does (semantics §E13). RabbitMQ40 is the profile proved against a
 // live RabbitMQ 4.0.5 by the conformance suite; RabbitMQ43 is modelled from
-// the 4.3 source and documentation, not verified.
+// the 4.3 source and documentation and held to a live RabbitMQ 4.3.6 by the
+// suite's hand-written scenarios.
 //
 // # What it does not model
 //

@@ -66,6 +66,20 @@ func resourceLocked(name string) *amqp.Error {
 			"does not match that of the original declaration.", name, vhost))
 }
 
+// deprecatedDenied is the 541 INTERNAL_ERROR RabbitMQ 4.3 answers when a
+// declaration uses a deprecated feature that is denied by default: the
+// feature's generated "not permitted" warning, cut to 255 characters by
+// serverError (semantics §E13, §E0).
+func deprecatedDenied(feature string) *amqp.Error {
+	return serverError(amqp.InternalError, fmt.Sprintf("INTERNAL_ERROR - Feature `%[1]s` is deprecated.\n"+
+		"By default, this feature is not permitted anymore.\n"+
+		"The feature will be removed from a future major RabbitMQ version, "+
+		"regardless of the configuration; actual version to be determined.\n"+
+		"To continue using this feature when it is not permitted by default, "+
+		"set the following parameter in your configuration:\n"+
+		"    \"deprecated_features.permit.%[1]s = true\"", feature))
+}
+
 func notImplemented(text string) *amqp.Error {
 	return serverError(amqp.NotImplemented, "NOT_IMPLEMENTED - "+text)
 }

@@ -21,13 +21,19 @@ type message struct {
 	hasExpiry  bool
 	level      int // priority level within its queue
 
-	// Classic: set once the message has been requeued.
+	// Classic: the is_delivered flag, set once the message has been
+	// requeued, or (RabbitMQ43) when it is enqueued with a delivery count.
 	redelivered bool
-	// Quorum: acquired_count and delivery_count of rabbit_fifo's message header.
+	// Quorum: acquired_count and delivery_count of rabbit_fifo's message
+	// header. On RabbitMQ43 a classic queue keeps failed too: the message's
+	// entry in rabbit_variable_queue's delivery_count map, 0 for none
+	// (semantics §12).
 	acquired, failed int
-	// The delivery_count annotation a quorum queue leaves on a message it
-	// dead-letters (rabbit_fifo:annotate_msg), 0 if none; a RabbitMQ40
-	// quorum queue the message reaches starts its delivery_count from it.
+	// The delivery_count annotation a message carries out of a queue that
+	// dead-letters it, 0 if none: a quorum queue's header delivery_count
+	// (rabbit_fifo:annotate_msg), and on RabbitMQ43 a classic queue's
+	// delivery count as well. A quorum queue the message reaches starts its
+	// delivery_count from it, and on RabbitMQ43 a classic one too.
 	deliveryCountAnn int
 
 	deaths []death   // newest first

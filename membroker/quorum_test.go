@@ -463,14 +463,19 @@ func TestQuorumChannelCloseReturnsInDeliveryOrder(t *testing.T) {
 }
 
 // With x-delivery-limit -1, an explicit reject or nack with requeue puts the
-// message at the back of the queue; a channel close still returns it to the
-// front.
-// Ref §5.3 ("Without a limit ... #requeue ... at the back"; release notes
-// 3.10.0) and checked live on 4.0.5: reject m0 gives m1 m2 m0, nack the
-// same, channel close gives m0 m1 m2.
-func TestQuorumUnlimitedExplicitRequeueGoesToBack(t *testing.T) {
+// message at the back of the queue on 4.0 and at the front on 4.3; a channel
+// close returns it to the front on both.
+// Semantics §5.3 ("Without a limit ... #requeue ... at the back"; release
+// notes 3.10.0) and §12.6, checked live: on 4.0.5 reject m0 gives m1 m2 m0,
+// nack the same, channel close gives m0 m1 m2; on 4.3.6 all three give
+// m0 m1 m2 (conformance scenario quorum-unlimited-requeue-same-priority).
+func TestQuorumUnlimitedExplicitRequeue(t *testing.T) {
 	for _, v := range []Version{RabbitMQ40, RabbitMQ43} {
 		t.Run(v.String(), func(t *testing.T) {
+			explicit := []string{"m1", "m2", "m0"}
+			if v == RabbitMQ43 {
+				explicit = []string{"m0", "m1", "m2"}
+			}
 			e := newEnv(t, v)
 			qqDeclare(e, "q", amqp.Table{"x-delivery-limit": -1})
 			bodies := func() []string {
@@ -482,12 +487,12 @@ func TestQuorumUnlimitedExplicitRequeueGoesToBack(t *testing.T) {
 			}
 			qqPublishN(e, "q", "m", 3, 0)
 			qqMustGet(e, "q").Reject(true)
-			if diff := cmp.Diff([]string{"m1", "m2", "m0"}, bodies()); diff != "" {
+			if diff := cmp.Diff(explicit, bodies()); diff != "" {
 				t.Errorf("after reject (-want +got):\n%s", diff)
 			}
 			qqPublishN(e, "q", "m", 3, 0)
 			qqMustGet(e, "q").Nack(false, true)
-			if diff := cmp.Diff([]string{"m1", "m2", "m0"}, bodies()); diff != "" {
+			if diff := cmp.Diff(explicit, bodies()); diff != "" {
 				t.Errorf("after nack (-want +got):\n%s", diff)
 			}
 			qqPublishN(e, "q", "m", 3, 0)

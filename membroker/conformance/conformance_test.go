@@ -19,43 +19,67 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/live/*.trace from the live broker at AMQP_URL")
+var update = flag.Bool("update", false, "rewrite each release's recorded live traces from its live broker")
 
-// Counts for the report printed after the run.
-var (
+// release is a RabbitMQ release the suite proves a membroker profile
+// against: its live broker is at the URL in urlVar (scripts/rabbitmq starts
+// both), and its live traces are recorded under testdata.
+type release struct {
+	name    string
+	version membroker.Version
+	urlVar  string
+	live    string // recorded traces of the hand-written scenarios
+	regress string // generated sequences that once diverged, with their live traces
+	tally   *tally
+}
+
+var releases = []release{
+	{"4.0", membroker.RabbitMQ40, "AMQP_URL", filepath.Join("testdata", "live"), filepath.Join("testdata", "regressions"), &tally{}},
+	{"4.3", membroker.RabbitMQ43, "AMQP_URL_43", filepath.Join("testdata", "live-4.3"), filepath.Join("testdata", "regressions-4.3"), &tally{}},
+}
+
+func (r release) url() string { return os.Getenv(r.urlVar) }
+
+// tally counts one release's outcomes for the report printed after the run.
+type tally struct {
 	handAgreed, handDiverged, handAllowed atomic.Int64
 	genAgreed, genDiverged                atomic.Int64
 	handLate, genLate                     atomic.Int64 // inconclusive: the live side fell behind its schedule
 	genRaced                              atomic.Int64 // inconclusive: traces differ after racing expiries
-	brokerVersion                         string
-)
+	broker                                string
+}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	url := os.Getenv("AMQP_URL")
-	if url != "" {
-		if c, err := amqp.Dial(url); err == nil {
-			brokerVersion = fmt.Sprintf("%v %v", c.Properties["product"], c.Properties["version"])
-			_ = c.Close()
+	for _, r := range releases {
+		if url := r.url(); url != "" {
+			if c, err := amqp.Dial(url); err == nil {
+				r.tally.broker = fmt.Sprintf("%v %v", c.Properties["product"], c.Properties["version"])
+				_ = c.Close()
+			}
 		}
 	}
 	start := time.Now()
 	code := m.Run()
-	against := "the live broker " + brokerVersion
-	if url == "" {
-		against = "the live traces recorded in testdata/live (AMQP_URL not set)"
+	var report strings.Builder
+	for _, r := range releases {
+		c := r.tally
+		against := "the live broker " + c.broker
+		if r.url() == "" {
+			against = "the live traces recorded in " + r.live + " (" + r.urlVar + " not set)"
+		}
+		fmt.Fprintf(&report, "conformance: %s profile against %s: %d hand-written scenarios agreed, %d diverged (%d allow-listed), %d inconclusive; "+
+			"%d generated sequences agreed, %d diverged, %d inconclusive (%d behind schedule, %d after racing expiries); %s\n",
+			r.version, against, c.handAgreed.Load(), c.handDiverged.Load(), c.handAllowed.Load(), c.handLate.Load(),
+			c.genAgreed.Load(), c.genDiverged.Load(), c.genLate.Load()+c.genRaced.Load(), c.genLate.Load(), c.genRaced.Load(),
+			time.Since(start).Round(time.Second))
 	}
-	report := fmt.Sprintf("conformance: against %s: %d hand-written scenarios agreed, %d diverged (%d allow-listed), %d inconclusive; "+
-		"%d generated sequences agreed, %d diverged, %d inconclusive (%d behind schedule, %d after racing expiries); %s\n",
-		against, handAgreed.Load(), handDiverged.Load(), handAllowed.Load(), handLate.Load(),
-		genAgreed.Load(), genDiverged.Load(), genLate.Load()+genRaced.Load(), genLate.Load(), genRaced.Load(),
-		time.Since(start).Round(time.Second))
-	fmt.Print(report)
+	fmt.Print(report.String())
 	// go test ./... shows a passing package's output only with -v: CI names
 	// a file to collect the report in.
 	if path := os.Getenv("QUEUEY_CONFORMANCE_REPORT"); path != "" {
 		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-			_, _ = f.WriteString(report)
+			_, _ = f.WriteString(report.String())
 			_ = f.Close()
 		}
 	}
@@ -120,56 +144,66 @@ func runLive(url string, fn func(*conformance.Run), expect []int) (trace []strin
 	return trace, late, false, nil
 }
 
-// TestHandWritten runs every hand-written scenario on the model and, when
-// AMQP_URL is set, on the live broker, and requires equal traces. The model
-// trace is also compared with the live trace recorded in testdata/live, so
-// the comparison with real RabbitMQ behaviour holds without a broker too.
+// TestHandWritten runs every hand-written scenario, for each release, on
+// the release's model and, when its URL is set, on its live broker, and
+// requires equal traces. Without the live broker the model's trace is
+// compared with the live trace recorded for the release, so the comparison
+// with real RabbitMQ behaviour holds without a broker too.
 func TestHandWritten(t *testing.T) {
-	url := os.Getenv("AMQP_URL")
-	if url == "" {
-		t.Log("AMQP_URL not set: skipping the live half; comparing the model with recorded live traces")
-	}
 	allowed := allowList(t)
-	for _, sc := range conformance.All() {
-		t.Run(sc.Name, func(t *testing.T) {
-			t.Parallel()
-			model, err := runOn(conformance.NewModel(), "cf-model-", sc.Run)
-			if err != nil {
-				t.Fatalf("model: %v", err)
+	for _, rel := range releases {
+		t.Run(rel.name, func(t *testing.T) {
+			url := rel.url()
+			if url == "" {
+				t.Logf("%s not set: skipping the live half for %s; comparing the model with recorded live traces", rel.urlVar, rel.name)
 			}
-			golden := filepath.Join("testdata", "live", sc.Name+".trace")
-			want, reference := readTrace(t, golden), "recorded live trace "+golden
-			if url != "" {
-				live, late, onTime, err := runLive(url, sc.Run, nil)
-				if err != nil {
-					t.Fatalf("live: %v", err)
-				}
-				if !onTime {
-					handLate.Add(1)
-					t.Skipf("inconclusive: the live broker fell more than %s behind the scenario's schedule %d times, last by %s (is the machine overloaded?)",
-						conformance.MaxLate, liveTries, late.Round(time.Millisecond))
-				}
-				if *update {
-					writeTrace(t, golden, live)
-				}
-				want, reference = live, "live broker"
+			for _, sc := range conformance.All() {
+				t.Run(sc.Name, func(t *testing.T) {
+					t.Parallel()
+					handWritten(t, rel, url, sc, allowed)
+				})
 			}
-			if want == nil {
-				t.Fatalf("no live trace for %s: run with AMQP_URL set and -update", sc.Name)
-			}
-			if diff := cmp.Diff(want, model); diff != "" {
-				if why, ok := allowed[sc.Name]; ok {
-					handAllowed.Add(1)
-					t.Logf("allow-listed divergence (%s):\n%s", why, diff)
-					return
-				}
-				handDiverged.Add(1)
-				t.Errorf("scenario %s (%s): model differs from %s (-live +model):\n%s", sc.Name, sc.Cite, reference, diff)
-				return
-			}
-			handAgreed.Add(1)
 		})
 	}
+}
+
+func handWritten(t *testing.T, rel release, url string, sc conformance.Scenario, allowed map[string]string) {
+	c := rel.tally
+	model, err := runOn(conformance.NewModel(rel.version), "cf-model-", sc.Run)
+	if err != nil {
+		t.Fatalf("model: %v", err)
+	}
+	golden := filepath.Join(rel.live, sc.Name+".trace")
+	want, reference := readTrace(t, golden), "recorded live trace "+golden
+	if url != "" {
+		live, late, onTime, err := runLive(url, sc.Run, nil)
+		if err != nil {
+			t.Fatalf("live: %v", err)
+		}
+		if !onTime {
+			c.handLate.Add(1)
+			t.Skipf("inconclusive: the live broker fell more than %s behind the scenario's schedule %d times, last by %s (is the machine overloaded?)",
+				conformance.MaxLate, liveTries, late.Round(time.Millisecond))
+		}
+		if *update {
+			writeTrace(t, golden, live)
+		}
+		want, reference = live, "live broker "+rel.name
+	}
+	if want == nil {
+		t.Fatalf("no live trace for %s on %s: run with %s set and -update", sc.Name, rel.name, rel.urlVar)
+	}
+	if diff := cmp.Diff(want, model); diff != "" {
+		if why, ok := allowed[rel.name+"/"+sc.Name]; ok {
+			c.handAllowed.Add(1)
+			t.Logf("allow-listed divergence (%s):\n%s", why, diff)
+			return
+		}
+		c.handDiverged.Add(1)
+		t.Errorf("scenario %s (%s): the %s model differs from %s (-live +model):\n%s", sc.Name, sc.Cite, rel.version, reference, diff)
+		return
+	}
+	c.handAgreed.Add(1)
 }
 
 // TestHandWrittenWithSimulatorTiming runs every hand-written scenario on a
@@ -181,24 +215,26 @@ func TestHandWritten(t *testing.T) {
 // quorum queue's deletion by up to 5 s, which the hand-written scenarios,
 // timed to the exact model, do not wait for.
 func TestHandWrittenWithSimulatorTiming(t *testing.T) {
-	for _, sc := range conformance.All() {
-		want := readTrace(t, filepath.Join("testdata", "live", sc.Name+".trace"))
-		if want == nil {
-			continue
-		}
-		t.Run(sc.Name, func(t *testing.T) {
-			t.Parallel()
-			for seed := range uint64(3) {
-				tm := membroker.Timing{Latency: sim.DefaultLatency, TimerSlack: sim.DefaultTimerSlack, Seed: seed}
-				model, err := runOn(conformance.NewTimedModel(tm), "cf-model-", sc.Run)
-				if err != nil {
-					t.Fatalf("model: %v", err)
-				}
-				if diff := cmp.Diff(want, model); diff != "" {
-					t.Fatalf("scenario %s (%s), timing seed %d: the model with the simulator's timing differs from the recorded live trace (-live +model):\n%s", sc.Name, sc.Cite, seed, diff)
-				}
+	for _, rel := range releases {
+		for _, sc := range conformance.All() {
+			want := readTrace(t, filepath.Join(rel.live, sc.Name+".trace"))
+			if want == nil {
+				continue
 			}
-		})
+			t.Run(rel.name+"/"+sc.Name, func(t *testing.T) {
+				t.Parallel()
+				for seed := range uint64(3) {
+					tm := membroker.Timing{Latency: sim.DefaultLatency, TimerSlack: sim.DefaultTimerSlack, Seed: seed}
+					model, err := runOn(conformance.NewTimedModel(rel.version, tm), "cf-model-", sc.Run)
+					if err != nil {
+						t.Fatalf("model: %v", err)
+					}
+					if diff := cmp.Diff(want, model); diff != "" {
+						t.Fatalf("scenario %s (%s), timing seed %d: the %s model with the simulator's timing differs from the recorded live trace (-live +model):\n%s", sc.Name, sc.Cite, seed, rel.version, diff)
+					}
+				}
+			})
+		}
 	}
 }
 

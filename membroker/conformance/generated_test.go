@@ -41,8 +41,8 @@ type fataler interface {
 // is false when the live side could not keep the schedule (see runLive),
 // raced is true when the order of the model's trace is one of several a
 // live broker may show (see conformance.Model.Raced).
-func playBoth(t fataler, url string, s conformance.Sequence) (live, model []string, onTime, raced bool) {
-	m := conformance.NewModel()
+func playBoth(t fataler, rel release, url string, s conformance.Sequence) (live, model []string, onTime, raced bool) {
+	m := conformance.NewModel(rel.version)
 	mrun := conformance.NewRun(m, "cf-model-")
 	model, err := mrun.Execute(s.Play)
 	if err != nil {
@@ -57,14 +57,22 @@ func playBoth(t fataler, url string, s conformance.Sequence) (live, model []stri
 
 // TestGenerated runs rapid-generated operation sequences (declare with a
 // random valid argument set, publish with random properties, get, consume
-// with prefetch, ack, nack, reject, cancel, close, wait, purge) on the live
-// broker and on the model and requires equal traces. A failing sequence is
-// shrunk by rapid and saved under testdata/regressions with its live trace.
+// with prefetch, ack, nack, reject, cancel, close, wait, purge), for each
+// release whose live broker is set, on that broker and on the release's
+// model, and requires equal traces. A failing sequence is shrunk by rapid
+// and saved with its live trace under the release's regressions.
 func TestGenerated(t *testing.T) {
-	url := os.Getenv("AMQP_URL")
-	if url == "" {
-		t.Skip("AMQP_URL not set: generated sequences need a live broker (the saved regressions still run in TestRegressions)")
+	for _, rel := range releases {
+		t.Run(rel.name, func(t *testing.T) { generated(t, rel) })
 	}
+}
+
+func generated(t *testing.T, rel release) {
+	url := rel.url()
+	if url == "" {
+		t.Skipf("%s not set: generated sequences need a live %s broker (the saved regressions still run in TestRegressions)", rel.urlVar, rel.name)
+	}
+	c := rel.tally
 	generatedChecks()
 	// rapid runs the property again and again while it shrinks a failure;
 	// the last failing call is the smallest sequence, and that one is kept.
@@ -72,46 +80,46 @@ func TestGenerated(t *testing.T) {
 	var lastLive []string
 	t.Cleanup(func() {
 		if last != nil {
-			saveRegression(t, *last, lastLive)
+			saveRegression(t, rel, *last, lastLive)
 		}
 	})
 	shrinking := false
 	rapid.Check(t, func(rt *rapid.T) {
 		s := conformance.Generator().Draw(rt, "sequence")
-		live, model, onTime, raced := playBoth(rt, url, s)
+		live, model, onTime, raced := playBoth(rt, rel, url, s)
 		if !onTime {
-			genLate.Add(1)
+			c.genLate.Add(1)
 			return // inconclusive, counted in the report
 		}
 		diff := cmp.Diff(live, model)
 		if diff != "" && raced {
-			genRaced.Add(1)
+			c.genRaced.Add(1)
 			rt.Logf("inconclusive: expiries raced (the live order is not fixed):\n%s", diff)
 			return
 		}
 		if diff != "" {
 			if !shrinking {
-				genDiverged.Add(1)
+				c.genDiverged.Add(1)
 				shrinking = true
 			}
 			last, lastLive = &s, live
-			rt.Fatalf("model differs from live (-live +model):\n%s", diff)
+			rt.Fatalf("the %s model differs from live %s (-live +model):\n%s", rel.version, rel.name, diff)
 		}
 		if !shrinking {
-			genAgreed.Add(1)
+			c.genAgreed.Add(1)
 		}
 	})
 }
 
 // saveRegression keeps a failing sequence and its live trace under
 // testdata/regressions, named by its content.
-func saveRegression(t *testing.T, s conformance.Sequence, live []string) {
+func saveRegression(t *testing.T, rel release, s conformance.Sequence, live []string) {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(data)
-	base := filepath.Join("testdata", "regressions", hex.EncodeToString(sum[:6]))
+	base := filepath.Join(rel.regress, hex.EncodeToString(sum[:6]))
 	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +127,19 @@ func saveRegression(t *testing.T, s conformance.Sequence, live []string) {
 	writeTrace(t, base+".trace", live)
 }
 
-// TestRegressions replays every saved sequence on the model and compares it
-// with its recorded live trace, and with the live broker when AMQP_URL is
-// set.
+// TestRegressions replays every saved sequence of each release on its
+// model and compares it with its recorded live trace, and with the live
+// broker when the release's URL is set.
 func TestRegressions(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "regressions", "*.json"))
+	for _, rel := range releases {
+		t.Run(rel.name, func(t *testing.T) { regressions(t, rel) })
+	}
+}
+
+func regressions(t *testing.T, rel release) {
+	files, _ := filepath.Glob(filepath.Join(rel.regress, "*.json"))
 	sort.Strings(files)
-	url := os.Getenv("AMQP_URL")
+	url := rel.url()
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
 		t.Run(name, func(t *testing.T) {
@@ -142,7 +156,7 @@ func TestRegressions(t *testing.T) {
 			var raced bool
 			if url != "" {
 				var onTime bool
-				want, model, onTime, raced = playBoth(t, url, s)
+				want, model, onTime, raced = playBoth(t, rel, url, s)
 				if !onTime {
 					t.Skipf("inconclusive: the live broker could not keep the schedule")
 				}
@@ -150,7 +164,7 @@ func TestRegressions(t *testing.T) {
 					writeTrace(t, strings.TrimSuffix(f, ".json")+".trace", want)
 				}
 			} else {
-				m := conformance.NewModel()
+				m := conformance.NewModel(rel.version)
 				model, err = conformance.NewRun(m, "cf-model-").Execute(s.Play)
 				if err != nil {
 					t.Fatal(err)
@@ -162,7 +176,7 @@ func TestRegressions(t *testing.T) {
 				t.Skipf("inconclusive: expiries raced (the live order is not fixed):\n%s", diff)
 			}
 			if diff != "" {
-				t.Errorf("regression %s: model differs from live (-live +model):\n%s", name, diff)
+				t.Errorf("regression %s: the %s model differs from live %s (-live +model):\n%s", name, rel.version, rel.name, diff)
 			}
 		})
 	}

@@ -174,17 +174,17 @@ type landing struct {
 	timed bool
 }
 
-// NewModel returns a fresh RabbitMQ40 model on a mock clock, with exact
+// NewModel returns a fresh model of release v on a mock clock, with exact
 // timing.
-func NewModel() *Model { return NewTimedModel(membroker.Timing{}) }
+func NewModel(v membroker.Version) *Model { return NewTimedModel(v, membroker.Timing{}) }
 
 // NewTimedModel is NewModel with the broker's latency and timer slack set
 // to t: what the simulator runs on.
-func NewTimedModel(t membroker.Timing) *Model {
+func NewTimedModel(v membroker.Version, t membroker.Timing) *Model {
 	clk := clock.NewMock()
 	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	m := &Model{Clk: clk, landed: map[string]landing{}}
-	m.B = membroker.New(membroker.Config{Clock: clk, Version: membroker.RabbitMQ40, Observer: m.observe, Timing: t})
+	m.B = membroker.New(membroker.Config{Clock: clk, Version: v, Observer: m.observe, Timing: t})
 	return m
 }
 

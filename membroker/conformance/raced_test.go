@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/membroker/conformance"
 )
 
@@ -49,7 +50,7 @@ func TestModelFlagsRacingExpiries(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			m := conformance.NewModel()
+			m := conformance.NewModel(membroker.RabbitMQ40)
 			trace, err := conformance.NewRun(m, "cf-model-").Execute(c.seq.Play)
 			if err != nil {
 				t.Fatal(err)

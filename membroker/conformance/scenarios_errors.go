@@ -37,6 +37,9 @@ func errDeclareEach(r *Run, c Conn, base string, cases []errDecl) {
 	for i, d := range cases {
 		r.Logf("case %s", d.label)
 		ch := r.Channel(c)
+		if ch == nil {
+			continue // the connection is gone: recorded in the trace
+		}
 		q := r.Q(fmt.Sprintf("%s-%d", base, i))
 		errClosedIf(r, ch, r.Declare(ch, q, d.durable, d.autoDelete, d.exclusive, d.args))
 	}
@@ -55,6 +58,9 @@ func errRedeclareEach(r *Run, c Conn, base string, cases []errRedecl) {
 	for i, d := range cases {
 		r.Logf("case %s", d.label)
 		ch := r.Channel(c)
+		if ch == nil {
+			continue // the connection is gone: recorded in the trace
+		}
 		q := r.Q(fmt.Sprintf("%s-%d", base, i))
 		if !r.Declare(ch, q, d.orig.durable, d.orig.autoDelete, d.orig.exclusive, d.orig.args) {
 			r.Closed(ch)

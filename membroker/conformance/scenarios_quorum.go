@@ -334,6 +334,24 @@ func init() {
 			},
 		},
 		{
+			Name: "quorum-unlimited-requeue-same-priority",
+			Cite: "semantics §5.3 and §12: with x-delivery-limit -1, a reject or nack with requeue of a message of the " +
+				"normal tier goes to the back on 4.0.5 (rabbit_fifo #requeue) and back to the front on 4.3.6",
+			Run: func(r *Run) {
+				_, ch := setup(r)
+				q := r.Q("qunlimsame")
+				quorum(r, ch, q, tbl{"x-delivery-limit": -1})
+				publishN(r, ch, q, "m", 3, pub{})
+				if d, ok := r.Get(ch, q, false); ok {
+					r.Reject(ch, d.DeliveryTag, true)
+				}
+				if d, ok := r.Get(ch, q, false); ok {
+					r.Nack(ch, d.DeliveryTag, false, true)
+				}
+				drain(r, ch, q, 4)
+			},
+		},
+		{
 			Name: "quorum-unlimited-close-to-front",
 			Cite: "§5.3: with x-delivery-limit -1 a channel close still returns unacked messages to the front " +
 				"returns queue (only explicit returns go to the back); §7.3",
