@@ -195,6 +195,11 @@ func (b *Broker) advance(now time.Time) {
 			if q.ttlFires.Equal(ev.at) {
 				q.ttlArmed, q.ttlFires = time.Time{}, time.Time{}
 			}
+			if b.version == RabbitMQ43 {
+				// rabbit_fifo expire_shallow: the timer expires the
+				// expired heads of every level, whatever comes next.
+				b.expireBatch(q)
+			}
 			b.run(q)
 		case evQueueExpiry:
 			q.leaseArmed = false
@@ -329,10 +334,36 @@ func (b *Broker) run(q *queue) {
 }
 
 // reapExpired dead-letters (or drops) every expired message at the head of
-// q, as far as the queue type looks (see queue.popExpired).
+// q, as far as the queue type looks (see queue.popExpired). On RabbitMQ43 a
+// quorum queue whose next message has expired expires the expired heads of
+// the returns and of every priority level at once (semantics §12.7).
 func (b *Broker) reapExpired(q *queue) {
+	if q.isQuorum() && b.version == RabbitMQ43 {
+		if m := q.peek(b.version); m != nil && m.hasExpiry && !b.now.Before(m.expiry) {
+			b.expireBatch(q)
+		}
+		return
+	}
 	for m := q.popExpired(b.now, b.version); m != nil; m = q.popExpired(b.now, b.version) {
 		b.deadLetter(q, m, "expired")
+	}
+}
+
+// expireBatch is rabbit_fifo expire_batch on RabbitMQ 4.3: it dead-letters
+// the expired messages at the head of the returns, then at the head of each
+// priority level from the highest (semantics §12.7).
+func (b *Broker) expireBatch(q *queue) {
+	for m := q.returns.front(); m != nil && m.hasExpiry && !b.now.Before(m.expiry); m = q.returns.front() {
+		q.returns.popFront()
+		q.ready--
+		b.deadLetter(q, m, "expired")
+	}
+	for l := len(q.levels) - 1; l >= 0; l-- {
+		for m := q.levels[l].front(); m != nil && m.hasExpiry && !b.now.Before(m.expiry); m = q.levels[l].front() {
+			q.levels[l].popFront()
+			q.ready--
+			b.deadLetter(q, m, "expired")
+		}
 	}
 }
 

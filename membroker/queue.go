@@ -269,8 +269,24 @@ func (q *queue) take(v Version) *message {
 }
 
 // headDeadline is when the message that would be checked for expiry next
-// expires.
+// expires. On RabbitMQ43 a quorum queue's timer is for the earliest expiry
+// among the heads of its returns and of its levels (rabbit_fifo
+// timer_effect, semantics §12.7).
 func (q *queue) headDeadline(v Version) (time.Time, bool) {
+	if q.isQuorum() && v == RabbitMQ43 {
+		var at time.Time
+		ok := false
+		consider := func(m *message) {
+			if m != nil && m.hasExpiry && (!ok || m.expiry.Before(at)) {
+				at, ok = m.expiry, true
+			}
+		}
+		consider(q.returns.front())
+		for l := range q.levels {
+			consider(q.levels[l].front())
+		}
+		return at, ok
+	}
 	if q.isQuorum() {
 		m := q.peek(v)
 		if m == nil || !m.hasExpiry {

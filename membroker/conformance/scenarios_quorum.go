@@ -334,6 +334,24 @@ func init() {
 			},
 		},
 		{
+			Name: "quorum-ttl-head-of-each-level",
+			Cite: "semantics §1.6 and §12.7: a quorum queue expires only its next message on 4.0.5, but the " +
+				"head of every priority level on 4.3.6 (rabbit_fifo expire_batch, timer_effect at v4.3.5)",
+			Run: func(r *Run) {
+				_, ch := setup(r)
+				q, dlq := r.Q("qttllevels"), r.Q("qttllevels-dlq")
+				quorum(r, ch, dlq, nil)
+				quorum(r, ch, q, tbl{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+				r.Publish(ch, q, "hi", pub{Priority: 9})
+				r.Publish(ch, q, "lo", pub{Expiration: "200"})
+				r.Wait(400 * time.Millisecond)
+				r.Passive(ch, q)
+				r.Passive(ch, dlq)
+				drain(r, ch, q, 3)
+				drain(r, ch, dlq, 2)
+			},
+		},
+		{
 			Name: "quorum-unlimited-requeue-same-priority",
 			Cite: "semantics §5.3 and §12: with x-delivery-limit -1, a reject or nack with requeue of a message of the " +
 				"normal tier goes to the back on 4.0.5 (rabbit_fifo #requeue) and back to the front on 4.3.6",
