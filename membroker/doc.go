@@ -35,12 +35,12 @@
 // Quorum queues: durable only, classic-only arguments refused;
 // x-delivery-count and the delivery limit (default 20, negative disables);
 // returned messages served first, in the order returned; two priority tiers
-// served 2:1 (RabbitMQ40) or 32 strict levels (RabbitMQ43); head-only TTL;
-// x-expires not renewed by declaring.
+// served 2:1 (RabbitMQ40) or 32 strict levels (RabbitMQ43); head-only TTL
+// (RabbitMQ43: the head of each level); x-expires not renewed by declaring.
 //
-// Declarations are validated as RabbitMQ 4.0.5 does, with its error codes and
-// texts (406 PRECONDITION_FAILED, 404 NOT_FOUND, 403 ACCESS_REFUSED,
-// 405 RESOURCE_LOCKED), including re-declaration equivalence with integer
+// Declarations are validated as RabbitMQ 4.0.5 does (RabbitMQ43: 4.3.6),
+// with its error codes and texts (406 PRECONDITION_FAILED, 404 NOT_FOUND,
+// 403 ACCESS_REFUSED, 405 RESOURCE_LOCKED), including re-declaration equivalence with integer
 // widths compared as one class. A channel exception closes that channel
 // only; RabbitMQ's connection exceptions (530 NOT_ALLOWED, 540
 // NOT_IMPLEMENTED, 541 INTERNAL_ERROR) close the connection. membroker's own
@@ -54,11 +54,13 @@
 // The two profiles differ where RabbitMQ releases do: RabbitMQ40 (4.0 to
 // 4.2) counts every requeue toward the quorum delivery limit and has two
 // priority tiers; RabbitMQ43 counts reject and channel loss but not nack,
-// adds x-acquired-count, has strict priorities and validates declarations
-// as 4.3 does (semantics §E13). RabbitMQ40 is the profile proved against a
-// live RabbitMQ 4.0.5 by the conformance suite; RabbitMQ43 is modelled from
-// the 4.3 source and documentation and held to a live RabbitMQ 4.3.6 by the
-// suite's hand-written scenarios.
+// adds x-acquired-count, counts failed deliveries on classic queues too (a
+// dead letter that was rejected or requeued arrives redelivered), expires
+// the head of every quorum priority level, has strict priorities and
+// validates declarations as 4.3 does (docs/rabbitmq-semantics.md §12,
+// §E13). Each profile is verified against its own live broker by the
+// conformance suite, hand-written scenarios and generated sequences alike:
+// RabbitMQ40 against RabbitMQ 4.0.5, RabbitMQ43 against RabbitMQ 4.3.6.
 //
 // # What it does not model
 //
