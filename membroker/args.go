@@ -150,9 +150,15 @@ func streamArgsOf(v Version) []string {
 // unmodelled are arguments RabbitMQ accepts whose effect membroker does not
 // model. Accepting them silently would let a test pass that means nothing, so
 // a declaration carrying one is refused with NOT_IMPLEMENTED.
+//
+// x-overflow is not among them: without a length limit, which membroker
+// refuses, it changes nothing. Nor is x-dead-letter-strategy: at-least-once
+// dead-lettering (quorum, with x-overflow reject-publish) differs from
+// at-most-once only when a dead letter's target is unavailable, which on one
+// node whose queues exist it never is (semantics §3.6).
 var unmodelled = []string{
 	"x-max-length", "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes",
-	"x-overflow", "x-single-active-consumer", "x-dead-letter-strategy",
+	"x-single-active-consumer",
 }
 
 func invalidArg(key, queue, reason string) *amqp.Error {

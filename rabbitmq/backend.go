@@ -680,7 +680,7 @@ func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (str
 		if len(b.holdArgs) >= maxHoldDecls {
 			clear(b.holdArgs)
 		}
-		decl = holdDecl{name: b.top.HoldQueue(queue, ttl), args: HoldQueueArgs(queue, ttl)}
+		decl.name, decl.args = b.top.hold(queue, ttl)
 		b.holdArgs[holdKey{queue, ttl}] = decl
 	}
 	name, args := decl.name, decl.args

@@ -460,6 +460,72 @@ func TestShortHoldNeverStuckBehindLongHold(t *testing.T) {
 	}
 }
 
+// With HoldType queuey.Quorum, holds wait in quorum queues named
+// q.deferred.quorum.TTL, declared with at-least-once dead-lettering and no
+// x-expires, and come back to the work queue after their TTL; on both
+// profiles, beside a classic-holds backend of another process that uses
+// its own hold queues for the same work queue.
+func TestQuorumHoldsWaitInQuorumQueues(t *testing.T) {
+	for _, v := range []membroker.Version{membroker.RabbitMQ40, membroker.RabbitMQ43} {
+		t.Run(v.String(), func(t *testing.T) {
+			r := newBackendRig(t, v, Options{Topology: Topology{HoldType: queuey.Quorum}})
+			r.declare(queuey.QueueConfig{Name: "jobs", Type: queuey.Quorum})
+			r.publish(testJob("jobs", "retry", 1), 2*time.Second, queuey.HoldRetry)
+			r.publish(testJob("jobs", "deferral", 1), time.Second, queuey.HoldDeferred)
+			for name, want := range map[string]int{"jobs.deferred.quorum.2000": 1, "jobs.deferred.quorum.1000": 1, "jobs.deferred.1000": -1} {
+				if got := r.ready(name); got != want {
+					t.Fatalf("%s has %d ready, want %d; queues %+v", name, got, want, r.broker.Queues())
+				}
+			}
+			q, _ := r.broker.Queue("jobs.deferred.quorum.2000")
+			if q.Type != "quorum" || !q.Durable {
+				t.Fatalf("hold queue %+v; want a durable quorum queue", q)
+			}
+			if diff := cmp.Diff(QuorumHoldQueueArgs("jobs", 2000), q.Arguments); diff != "" {
+				t.Fatalf("hold queue arguments (-want +got):\n%s", diff)
+			}
+			if _, ok := q.Arguments["x-expires"]; ok {
+				t.Fatal("a quorum hold queue has x-expires")
+			}
+
+			// Another process, on classic holds: its own hold queue, no
+			// refusal, the same work queue.
+			other, err := New(Channels(r.conn.Channel), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = other.Close() })
+			if err := other.Declare(t.Context(), queuey.QueueConfig{Name: "jobs", Type: queuey.Quorum}); err != nil {
+				t.Fatal(err)
+			}
+			if err := other.Publish(t.Context(), testJob("jobs", "classic", 1), time.Second, queuey.HoldDeferred); err != nil {
+				t.Fatalf("a classic hold beside quorum holds: %v", err)
+			}
+			if r.ready("jobs.deferred.1000") != 1 {
+				t.Fatal("the classic hold is not in jobs.deferred.1000")
+			}
+
+			r.clk.Add(time.Second)
+			if n := r.ready("jobs"); n != 2 {
+				t.Fatalf("after 1 s, %d jobs back; want the deferral and the classic one", n)
+			}
+			r.clk.Add(time.Second)
+			if n := r.ready("jobs"); n != 3 {
+				t.Fatalf("after 2 s, %d jobs back; want 3", n)
+			}
+		})
+	}
+}
+
+func TestTopologyRefusesAnUnknownHoldType(t *testing.T) {
+	if err := (Topology{HoldType: queuey.QueueType(9)}).Validate(); err == nil {
+		t.Fatal("HoldType 9 was accepted")
+	}
+	if _, err := New(nil, Options{Topology: Topology{HoldType: queuey.QueueType(9)}}); err == nil {
+		t.Fatal("New accepted HoldType 9")
+	}
+}
+
 func TestHoldQueueDeclaredBeforeEveryPublish(t *testing.T) {
 	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
 	r.declare(queuey.QueueConfig{Name: "jobs"})

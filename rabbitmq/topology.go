@@ -37,6 +37,25 @@ type Topology struct {
 	// Defaults to 1 second; a positive value under a millisecond counts as
 	// one millisecond.
 	DeferredGranularity time.Duration
+	// HoldType is the type of the hold queues: queuey.Classic (the
+	// default) or queuey.Quorum.
+	//
+	// A classic hold queue lives on one node of a cluster: while that node
+	// is down its jobs wait, and if the node never returns they are gone.
+	// A classic queue also dead-letters at most once, so a broker restart
+	// can drop a job whose hold expires at the wrong moment
+	// (docs/reconnection.md). A quorum hold queue is replicated, and
+	// releases its jobs with at-least-once dead-lettering, so neither
+	// happens. It costs more per hold (docs/quorum-holds.md has the
+	// figures), and quorum hold queues are never deleted by the broker:
+	// a quorum queue's x-expires counts from its creation however often it
+	// is declared or published to, so it would delete a hold queue in use
+	// with its jobs inside. Delete idle ones as an operator.
+	//
+	// The type is in the name (QuorumHoldQueue), so processes that differ
+	// in HoldType use different hold queues and never refuse each other's
+	// declarations; each job is released into the same work queue.
+	HoldType queuey.QueueType
 }
 
 // WithDefaults returns t with every unset field at its default.
@@ -68,6 +87,8 @@ func (t Topology) Validate() error {
 		return fmt.Errorf("rabbitmq: DeferredGranularity %s is negative", t.DeferredGranularity)
 	case t.DeadSuffix == t.DeferredSuffix:
 		return fmt.Errorf("rabbitmq: DeadSuffix and DeferredSuffix are both %q", t.DeadSuffix)
+	case t.HoldType != queuey.Classic && t.HoldType != queuey.Quorum:
+		return fmt.Errorf("rabbitmq: HoldType %v is neither queuey.Classic nor queuey.Quorum", t.HoldType)
 	}
 	return nil
 }
@@ -78,6 +99,22 @@ func (t Topology) DeadQueue(queue string) string { return queue + t.WithDefaults
 // HoldQueue is the name of queue's hold queue for ttl milliseconds.
 func (t Topology) HoldQueue(queue string, ttl int64) string {
 	return queue + t.WithDefaults().DeferredSuffix + "." + strconv.FormatInt(ttl, 10)
+}
+
+// QuorumHoldQueue is the name of queue's quorum hold queue for ttl
+// milliseconds (HoldType queuey.Quorum): HoldQueue's with ".quorum" before
+// the TTL, so that it never collides with a classic hold queue.
+func (t Topology) QuorumHoldQueue(queue string, ttl int64) string {
+	return queue + t.WithDefaults().DeferredSuffix + ".quorum." + strconv.FormatInt(ttl, 10)
+}
+
+// hold is the name and the declaration arguments of queue's hold queue for
+// ttl milliseconds, of the topology's HoldType.
+func (t Topology) hold(queue string, ttl int64) (string, amqp.Table) {
+	if t.HoldType == queuey.Quorum {
+		return t.QuorumHoldQueue(queue, ttl), QuorumHoldQueueArgs(queue, ttl)
+	}
+	return t.HoldQueue(queue, ttl), HoldQueueArgs(queue, ttl)
 }
 
 // RetryTTL rounds a retry delay up to RetryGranularity and returns it in
@@ -152,6 +189,22 @@ func HoldQueueArgs(queue string, ttl int64) amqp.Table {
 		"x-expires":                 HoldExpires(ttl),
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": queue,
+	}
+}
+
+// QuorumHoldQueueArgs are the declaration arguments of queue's quorum hold
+// queue for ttl milliseconds: a replicated queue that releases each job
+// into queue after ttl with at-least-once dead-lettering, which RabbitMQ
+// applies only with x-overflow reject-publish (docs/rabbitmq-semantics.md
+// §3.6). It has no x-expires: see Topology.HoldType.
+func QuorumHoldQueueArgs(queue string, ttl int64) amqp.Table {
+	return amqp.Table{
+		"x-queue-type":              "quorum",
+		"x-message-ttl":             ttl,
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": queue,
+		"x-dead-letter-strategy":    "at-least-once",
+		"x-overflow":                "reject-publish",
 	}
 }
 

@@ -352,6 +352,38 @@ func init() {
 			},
 		},
 		{
+			Name: "quorum-hold-at-least-once",
+			Cite: "semantics §3.6: a quorum hold queue as queuey declares it (x-message-ttl, dead-lettering to a " +
+				"quorum work queue, x-dead-letter-strategy at-least-once with x-overflow reject-publish) releases " +
+				"its messages into the work queue like an at-most-once one; at-least-once without reject-publish " +
+				"is accepted and dead-letters at most once (rabbit_fifo_dlx:make_state)",
+			Run: func(r *Run) {
+				_, ch := setup(r)
+				work, hold, fallback := r.Q("qhwork"), r.Q("qhold"), r.Q("qhold-fallback")
+				quorum(r, ch, work, nil)
+				dl := func(extra tbl) tbl {
+					t := tbl{"x-message-ttl": 200, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": work,
+						"x-dead-letter-strategy": "at-least-once"}
+					for k, v := range extra {
+						t[k] = v
+					}
+					return t
+				}
+				quorum(r, ch, hold, dl(tbl{"x-overflow": "reject-publish"}))
+				quorum(r, ch, fallback, dl(tbl{"x-overflow": "drop-head"}))
+				quorum(r, ch, hold, dl(tbl{"x-overflow": "reject-publish"}))
+				r.Publish(ch, hold, "a", pub{DeliveryMode: 2})
+				r.Publish(ch, hold, "b", pub{Priority: 5})
+				r.Wait(settle + 200*time.Millisecond)
+				r.Publish(ch, fallback, "c", pub{})
+				r.Wait(settle + 200*time.Millisecond)
+				r.Passive(ch, hold)
+				r.Passive(ch, fallback)
+				r.Passive(ch, work)
+				drain(r, ch, work, 4)
+			},
+		},
+		{
 			Name: "quorum-unlimited-requeue-same-priority",
 			Cite: "semantics §5.3 and §12: with x-delivery-limit -1, a reject or nack with requeue of a message of the " +
 				"normal tier goes to the back on 4.0.5 (rabbit_fifo #requeue) and back to the front on 4.3.6",
