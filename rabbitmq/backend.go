@@ -538,12 +538,50 @@ func (b *Backend) declareOn(open func() (Channel, error), q queuey.QueueConfig) 
 	if b.skipDead {
 		return false, nil
 	}
-	if _, err := ch.QueueDeclare(dead, true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare(dead, true, false, false, false, b.top.deadQueueArgs()); err != nil {
+		if otherType(err) {
+			// Declared with the other HoldType by another process (or
+			// before a switch): use it as it is. The refusal closed the
+			// channel, so look on a fresh one.
+			if kept := b.keepDeadQueue(open, q.Name, dead, err); kept == nil {
+				return false, nil
+			}
+		}
 		b.logger.Warn("rabbitmq: dead-letter queue declaration refused", "queue", q.Name, "dead_queue", dead, "error", err)
 		return true, fmt.Errorf("rabbitmq: declare dead-letter queue %q of queue %q: %w", dead, q.Name, err)
 	}
 	b.logger.Debug("rabbitmq: declared dead-letter queue", "queue", q.Name, "dead_queue", dead)
 	return false, nil
+}
+
+// otherType reports whether err is RabbitMQ refusing a declaration because
+// the queue exists with another x-queue-type.
+func otherType(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed && strings.Contains(ae.Reason, "inequivalent arg 'x-queue-type'")
+}
+
+// keepDeadQueue declares dead again on a fresh channel, as the other
+// HoldType would, after its declaration was refused (refusal) because it
+// has the other type, and logs that it is used as it is. It returns nil if
+// the broker accepted that.
+func (b *Backend) keepDeadQueue(open func() (Channel, error), queue, dead string, refusal error) error {
+	ch, err := open()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	other := b.top
+	other.HoldType = queuey.Classic
+	if b.top.HoldType == queuey.Classic {
+		other.HoldType = queuey.Quorum
+	}
+	if _, err := ch.QueueDeclare(dead, true, false, false, false, other.deadQueueArgs()); err != nil {
+		return err
+	}
+	b.logger.Warn("rabbitmq: the dead-letter queue exists with another queue type than this process's HoldType gives it; using it as it is",
+		"queue", queue, "dead_queue", dead, "hold_type", b.top.HoldType.String(), "refusal", refusal.Error())
+	return nil
 }
 
 // Publish publishes env to the work queue env.Queue, or with hold > 0

@@ -487,9 +487,13 @@ func TestQuorumHoldsWaitInQuorumQueues(t *testing.T) {
 			if _, ok := q.Arguments["x-expires"]; ok {
 				t.Fatal("a quorum hold queue has x-expires")
 			}
+			if dq, _ := r.broker.Queue("jobs.dead"); dq.Type != "quorum" {
+				t.Fatalf("dead-letter queue %+v; want a quorum queue", dq)
+			}
 
-			// Another process, on classic holds: its own hold queue, no
-			// refusal, the same work queue.
+			// Another process, on classic holds: its own hold queue, the
+			// quorum dead-letter queue as it is, no refusal, the same work
+			// queue.
 			other, err := New(Channels(r.conn.Channel), Options{})
 			if err != nil {
 				t.Fatal(err)

@@ -52,9 +52,18 @@ type Topology struct {
 	// is declared or published to, so it would delete a hold queue in use
 	// with its jobs inside. Delete idle ones as an operator.
 	//
-	// The type is in the name (QuorumHoldQueue), so processes that differ
-	// in HoldType use different hold queues and never refuse each other's
-	// declarations; each job is released into the same work queue.
+	// With queuey.Quorum, dead-letter queues are declared as quorum
+	// queues too: a classic one lives on one node, and on a cluster a
+	// declaration of it blocks while that node is down, which stalls
+	// reconnection to the other nodes (seen on RabbitMQ 4.3.6).
+	//
+	// The hold type is in the hold queue's name (QuorumHoldQueue), so
+	// processes that differ in HoldType use different hold queues and never
+	// refuse each other's declarations; each job is released into the same
+	// work queue. A dead-letter queue keeps its name, so a process finding
+	// it declared with the other type uses it as it is and logs a warning.
+	// Releases before HoldType cannot: upgrade every process before
+	// switching any to queuey.Quorum.
 	HoldType queuey.QueueType
 }
 
@@ -106,6 +115,16 @@ func (t Topology) HoldQueue(queue string, ttl int64) string {
 // the TTL, so that it never collides with a classic hold queue.
 func (t Topology) QuorumHoldQueue(queue string, ttl int64) string {
 	return queue + t.WithDefaults().DeferredSuffix + ".quorum." + strconv.FormatInt(ttl, 10)
+}
+
+// deadQueueArgs are the declaration arguments of a dead-letter queue: none
+// (the vhost's default type, classic) or, with HoldType queuey.Quorum, a
+// quorum queue, so that dead letters survive a node too.
+func (t Topology) deadQueueArgs() amqp.Table {
+	if t.HoldType == queuey.Quorum {
+		return amqp.Table{"x-queue-type": "quorum"}
+	}
+	return nil
 }
 
 // hold is the name and the declaration arguments of queue's hold queue for
