@@ -64,16 +64,18 @@
 //
 // # What it does not model
 //
-// Named exchanges and bindings, streams, policies, x-max-length and
-// overflow, single active consumer, consumer priorities, transactions,
-// basic.recover, publisher nacks (the model never fails to enqueue),
-// consumer timeouts, memory and disk alarms, flow control, clustering and
-// authentication (the user is "guest"). Declaring a queue with an argument
-// whose effect is not modelled (x-max-length, x-overflow,
-// x-single-active-consumer, ...), or consuming with a valid x-priority, is
-// refused with 540 NOT_IMPLEMENTED rather than accepted and ignored (invalid
-// values get RabbitMQ's own errors first), so no test silently relies on a behaviour the
-// model lacks.
+// Named exchanges and bindings, streams, policies, x-max-length (and so
+// what x-overflow does at a limit), single active consumer, consumer
+// priorities, transactions, basic.recover, publisher nacks (the model never
+// fails to enqueue), consumer timeouts, memory and disk alarms, flow
+// control, clustering (so at-least-once dead-lettering behaves as
+// at-most-once: its difference shows only when a target is unavailable,
+// docs/rabbitmq-semantics.md §3.6) and authentication (the user is
+// "guest"). Declaring a queue with an argument whose effect is not modelled
+// (x-max-length, x-single-active-consumer, ...), or consuming with a valid
+// x-priority, is refused with 540 NOT_IMPLEMENTED rather than accepted and
+// ignored (invalid values get RabbitMQ's own errors first), so no test
+// silently relies on a behaviour the model lacks.
 //
 // # Timing
 //
