@@ -487,8 +487,8 @@ func TestQuorumHoldsWaitInQuorumQueues(t *testing.T) {
 			if _, ok := q.Arguments["x-expires"]; ok {
 				t.Fatal("a quorum hold queue has x-expires")
 			}
-			if dq, _ := r.broker.Queue("jobs.dead"); dq.Type != "quorum" {
-				t.Fatalf("dead-letter queue %+v; want a quorum queue", dq)
+			if dq, _ := r.broker.Queue("jobs.dead"); dq.Type != "quorum" || dq.Arguments["x-delivery-limit"] != int32(-1) {
+				t.Fatalf("dead-letter queue %+v; want a quorum queue with no delivery limit", dq)
 			}
 
 			// Another process, on classic holds: its own hold queue, the

@@ -119,10 +119,13 @@ func (t Topology) QuorumHoldQueue(queue string, ttl int64) string {
 
 // deadQueueArgs are the declaration arguments of a dead-letter queue: none
 // (the vhost's default type, classic) or, with HoldType queuey.Quorum, a
-// quorum queue, so that dead letters survive a node too.
+// quorum queue, so that dead letters survive a node too. That one has no
+// delivery limit: it has nowhere to dead-letter to, so with the default
+// limit of 20 a dead letter read and returned 20 times (by a consumer that
+// crashed, or an operator looking) would be dropped.
 func (t Topology) deadQueueArgs() amqp.Table {
 	if t.HoldType == queuey.Quorum {
-		return amqp.Table{"x-queue-type": "quorum"}
+		return amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(-1)}
 	}
 	return nil
 }
