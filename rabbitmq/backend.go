@@ -543,9 +543,11 @@ func (b *Backend) declareOn(open func() (Channel, error), q queuey.QueueConfig) 
 			// Declared with the other HoldType by another process (or
 			// before a switch): use it as it is. The refusal closed the
 			// channel, so look on a fresh one.
-			if kept := b.keepDeadQueue(open, q.Name, dead, err); kept == nil {
+			kept := b.keepDeadQueue(open, q.Name, dead, err)
+			if kept == nil {
 				return false, nil
 			}
+			err = errors.Join(err, fmt.Errorf("declaring it as the other HoldType would: %w", kept))
 		}
 		b.logger.Warn("rabbitmq: dead-letter queue declaration refused", "queue", q.Name, "dead_queue", dead, "error", err)
 		return true, fmt.Errorf("rabbitmq: declare dead-letter queue %q of queue %q: %w", dead, q.Name, err)

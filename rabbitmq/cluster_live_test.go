@@ -30,8 +30,8 @@ package rabbitmq
 // AMQP_CLUSTER_URLS lists the nodes (comma-separated, as `scripts/rabbitmq
 // cluster urls` prints them) and QUEUEY_RABBITMQ_SCRIPT is the script;
 // without both the test skips. QUEUEY_CLUSTER_JOBS (default 2000),
-// QUEUEY_CLUSTER_DOWN (default 75s) and QUEUEY_CLUSTER_SEED (default 1)
-// size a longer soak.
+// QUEUEY_CLUSTER_DOWN (default 75s, at least 65s) and QUEUEY_CLUSTER_SEED
+// (default 1) size a longer soak.
 
 import (
 	"context"
@@ -88,9 +88,12 @@ func TestLiveClusterNodeLoss(t *testing.T) {
 		down: clusterEnv(t, "QUEUEY_CLUSTER_DOWN", 75*time.Second, time.ParseDuration),
 		seed: uint64(clusterEnv(t, "QUEUEY_CLUSTER_SEED", 1, strconv.Atoi)),
 	}
+	if cfg.down < 65*time.Second {
+		t.Fatalf("QUEUEY_CLUSTER_DOWN=%s: the outage must outlast RabbitMQ 4.3's consumer_disconnected_timeout of 60 s, with margin: at least 65s", cfg.down)
+	}
 	rng := mrand.New(mrand.NewPCG(cfg.seed, 0x636c7573746572))
 	// The kill comes between a fifth and two fifths of the way in.
-	cfg.killAt = cfg.jobs/5 + rng.IntN(cfg.jobs/5+1)
+	cfg.killAt = max(1, cfg.jobs/5+rng.IntN(cfg.jobs/5+1))
 	t.Logf("schedule (seed %d): kill node 1 after job %d of %d, start it again %s later", cfg.seed, cfg.killAt, cfg.jobs, cfg.down)
 	for _, holds := range []queuey.QueueType{queuey.Classic, queuey.Quorum} {
 		t.Run("holds="+holds.String(), func(t *testing.T) {
@@ -203,6 +206,7 @@ func (c clusterCheck) run(t *testing.T) {
 	}
 	var killedAt, startedAt time.Time
 	var settled, stuck []int
+	var stuckHeld int
 	nemesisDone := make(chan error, 1)
 	nemesis := func() {
 		killedAt = time.Now()
@@ -219,6 +223,7 @@ func (c clusterCheck) run(t *testing.T) {
 		}
 		confirmedMu.Unlock()
 		stuck = unfinished(settled)
+		stuckHeld = c.countHeld(tally, stuck)
 		err := command("QUEUEY_RABBITMQ_SCRIPT", "cluster", "start-node", "1")
 		startedAt = time.Now()
 		nemesisDone <- err
@@ -231,6 +236,13 @@ func (c clusterCheck) run(t *testing.T) {
 	for n := 1; n <= c.jobs; n++ {
 		if n == c.killAt {
 			go nemesis()
+			// Whatever happens to the test, node 1 is up again before the
+			// next run.
+			t.Cleanup(func() {
+				if nemesisDone != nil {
+					<-nemesisDone
+				}
+			})
 		}
 		ectx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		_, err := producer.Enqueue(ectx, clusterJob{N: n})
@@ -255,10 +267,11 @@ func (c clusterCheck) run(t *testing.T) {
 	for n := range confirmed {
 		all = append(all, n)
 	}
-	if err := <-nemesisDone; err != nil {
+	err = <-nemesisDone
+	nemesisDone = nil
+	if err != nil {
 		t.Fatalf("the nemesis: %v", err)
 	}
-	stuckHeld := c.countHeld(tally, stuck)
 	t.Logf("node 1 down from %s to %s into the run; of the %d jobs confirmed 2 s or more before it was started again, %d had not ended (%d of them last failed or deferred, so waited in a hold queue)",
 		killedAt.Sub(start).Round(time.Millisecond), startedAt.Sub(start).Round(time.Millisecond), len(settled), len(stuck), stuckHeld)
 
@@ -301,13 +314,13 @@ func (c clusterCheck) run(t *testing.T) {
 	runs := tally.runs
 	tally.mu.Unlock()
 	mu.Lock()
-	var recovery time.Duration
+	recovery := "never"
 	if len(reconnected) > 0 {
-		recovery = slices.MinFunc(reconnected, func(a, b time.Time) int { return a.Compare(b) }).Sub(killedAt)
+		recovery = slices.MinFunc(reconnected, func(a, b time.Time) int { return a.Compare(b) }).Sub(killedAt).Round(time.Millisecond).String() + " after the kill"
 	}
 	mu.Unlock()
-	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued, %d not sent; node 1 down %s: %d of the %d jobs confirmed 2 s before its restart unfinished then, %d lost for good, %d dead-lettered %v, %d duplicates, %d handler runs; the first worker reconnected %s after the kill; enqueueing took %s",
-		t.Name(), c.jobs, len(confirmed), len(maybe), notSent, startedAt.Sub(killedAt).Round(time.Millisecond), len(stuck), len(settled), lost, len(dead), reasons, duplicates, runs, recovery.Round(time.Millisecond), enqueued.Round(time.Millisecond))
+	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued, %d not sent; node 1 down %s: %d of the %d jobs confirmed 2 s before its restart unfinished then, %d lost for good, %d dead-lettered %v, %d duplicates, %d handler runs; the first worker reconnected %s; enqueueing took %s",
+		t.Name(), c.jobs, len(confirmed), len(maybe), notSent, startedAt.Sub(killedAt).Round(time.Millisecond), len(stuck), len(settled), lost, len(dead), reasons, duplicates, runs, recovery, enqueued.Round(time.Millisecond))
 	if lost > 0 {
 		t.Logf("lost: %s", strings.Join(lostJobs, "; "))
 	}
@@ -326,7 +339,7 @@ func (c clusterCheck) run(t *testing.T) {
 
 // countHeld counts the jobs among ns whose last run failed or deferred
 // them: their successor waited in a hold queue.
-func (c clusterCheck) countHeld(tally *faultTally, ns []int) int {
+func (clusterCheck) countHeld(tally *faultTally, ns []int) int {
 	tally.mu.Lock()
 	defer tally.mu.Unlock()
 	held := 0

@@ -31,6 +31,12 @@
 // never down, to a granularity; the longest TTL is 2147483647 ms (about
 // 24.8 days), and a longer delay is refused, never clamped.
 //
+// With Topology.HoldType queuey.Quorum, for a cluster, hold queues are
+// instead quorum queues named q + ".deferred.quorum." + TTL, releasing their
+// jobs with at-least-once dead-lettering and never deleted by the broker,
+// and q + ".dead" is a quorum queue too (QuorumHoldQueueArgs;
+// docs/quorum-holds.md).
+//
 // # Hold-queue expiry
 //
 // RabbitMQ deletes a queue nobody has declared, consumed from or fetched

@@ -48,9 +48,13 @@ type Topology struct {
 	// releases its jobs with at-least-once dead-lettering, so neither
 	// happens. It costs more per hold (docs/quorum-holds.md has the
 	// figures), and quorum hold queues are never deleted by the broker:
-	// a quorum queue's x-expires counts from its creation however often it
-	// is declared or published to, so it would delete a hold queue in use
-	// with its jobs inside. Delete idle ones as an operator.
+	// a quorum queue's x-expires counts from its last basic.get, consumer
+	// change or node event, never from a declaration or a publish, so for
+	// a hold queue, which has no consumer, from its creation; it would
+	// delete a hold queue in use with its jobs inside. There is one per TTL
+	// ever used: keep DeferredGranularity coarse enough that the deferrals
+	// and EnqueueAfter delays you use map to few TTLs, and delete idle ones
+	// as an operator.
 	//
 	// With queuey.Quorum, dead-letter queues are declared as quorum
 	// queues too: a classic one lives on one node, and on a cluster a
