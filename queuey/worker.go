@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,7 +38,26 @@ type WorkerConfig struct {
 	// Rand draws the uniform numbers in [0, 1) for retry jitter. Defaults
 	// to math/rand/v2's Float64.
 	Rand func() float64
+	// Middleware wraps every handler run, the first the outermost: for
+	// logging, metrics, timeouts, or changing what a result means. See
+	// Middleware. None by default.
+	Middleware []Middleware
 }
+
+// Middleware wraps the run of a job's handler. It is called with the job's
+// context and description, and next, which runs the rest: the middleware
+// after it, then the handler. It returns the job's result, which Decide
+// turns into an acknowledgement, a retry, a deferral or a dead letter, as
+// for a handler's. It may call next at most once, with a context derived
+// from ctx, or not at all.
+//
+// The payload is decoded inside next, so a payload that does not decode
+// reaches the middleware as the Fatal error next returns. A job of a kind
+// with no handler runs no middleware. A panic in the handler passes up
+// through the middleware (a deferred recover sees it) and becomes a
+// *PanicError once it has passed the outermost, unless a middleware
+// recovers it.
+type Middleware func(ctx context.Context, job JobContext, next func(context.Context, JobContext) error) error
 
 // The defaults of WorkerConfig.
 const (
@@ -78,6 +98,12 @@ type Worker struct {
 // NewWorker validates the queues, declares them through backend and
 // returns a worker for them. Register handlers before calling Run.
 func NewWorker(ctx context.Context, backend Backend, queues []QueueConfig, cfg WorkerConfig) (*Worker, error) {
+	for i, mw := range cfg.Middleware {
+		if mw == nil {
+			return nil, fmt.Errorf("queuey: WorkerConfig.Middleware[%d] is nil", i)
+		}
+	}
+	cfg.Middleware = slices.Clone(cfg.Middleware) // the caller's slice may change
 	declared, err := declare(ctx, backend, queues)
 	if err != nil {
 		return nil, err
@@ -478,8 +504,21 @@ func (w *Worker) runHandler(ctx context.Context, h erasedHandler, env Envelope, 
 			result = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return h.run(ctx, env.Payload, JobContext{
+	jc := JobContext{
 		ID: env.ID, Kind: env.Kind, Queue: env.Queue, Attempt: env.Attempt,
 		Deferrals: env.Deferrals, Priority: priority, EnqueuedAt: env.EnqueuedAt,
-	})
+	}
+	if len(w.cfg.Middleware) == 0 {
+		return h.run(ctx, env.Payload, jc)
+	}
+	return w.chain(0, func(ctx context.Context, jc JobContext) error { return h.run(ctx, env.Payload, jc) })(ctx, jc)
+}
+
+// chain is the handling from middleware i on, ending in handle.
+func (w *Worker) chain(i int, handle func(context.Context, JobContext) error) func(context.Context, JobContext) error {
+	if i == len(w.cfg.Middleware) {
+		return handle
+	}
+	mw, next := w.cfg.Middleware[i], w.chain(i+1, handle)
+	return func(ctx context.Context, jc JobContext) error { return mw(ctx, jc, next) }
 }

@@ -2,6 +2,7 @@ package queueytest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -71,6 +72,45 @@ func Example_rateLimitedDeferral() {
 	// after 29 s: held 1, runs 1
 	// attempt 1, deferrals 0, priority 0, err queuey: deferred for 30s: 429 Too Many Requests
 	// attempt 1, deferrals 1, priority 10, err <nil>
+}
+
+// errThrottled is what an API client returns for 429 Too Many Requests.
+var errThrottled = errors.New("429 Too Many Requests")
+
+// Middleware wraps every handler run: here one logs each run, and one turns
+// the API client's throttling error into a 30 s deferral for every handler
+// at once, instead of each handler checking for it.
+func Example_middleware() {
+	t := &exampleT{}
+	defer t.done()
+	logRuns := func(ctx context.Context, job queuey.JobContext, next func(context.Context, queuey.JobContext) error) error {
+		err := next(ctx, job)
+		fmt.Printf("%s attempt %d, deferrals %d: %v\n", job.Kind, job.Attempt, job.Deferrals, err)
+		return err
+	}
+	deferThrottled := func(ctx context.Context, job queuey.JobContext, next func(context.Context, queuey.JobContext) error) error {
+		err := next(ctx, job)
+		if errors.Is(err, errThrottled) {
+			return queuey.Defer(30*time.Second, err.Error())
+		}
+		return err
+	}
+	h := queueytest.New(t, queueytest.Options{Worker: queuey.WorkerConfig{Middleware: []queuey.Middleware{logRuns, deferThrottled}}},
+		queuey.QueueConfig{Name: "api", Prefetch: 1})
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[CallAPI]) error {
+		if job.Deferrals == 0 {
+			return fmt.Errorf("calling %s: %w", job.Args.URL, errThrottled)
+		}
+		return nil
+	})
+	h.Start()
+	id, _ := h.Producer.Enqueue(context.Background(), CallAPI{URL: "https://example.com/limited"})
+	h.WaitFor("the deferral to be held", func() bool { return h.Held("api") == 1 })
+	h.Advance(30 * time.Second)
+	h.WaitFor("the second run", func() bool { return len(h.Log.RunsOf(id)) == 2 })
+	// Output:
+	// call-api attempt 1, deferrals 0: queuey: deferred for 30s: calling https://example.com/limited: 429 Too Many Requests
+	// call-api attempt 1, deferrals 1: <nil>
 }
 
 // exampleT stands in for *testing.T in a runnable example.
