@@ -6,9 +6,10 @@ package rabbitmq
 // at least once or dead-lettered with a reason; lost jobs, duplicates and
 // the time to recover are counted.
 //
-// The workload: a producer enqueues jobs with unique numbers and publisher
-// confirms while two workers process them on a quorum work queue, with
-// retries and deferrals, so that holds are in flight when the fault comes.
+// The workload (faultFleet, the fault tests' own): a producer enqueues jobs
+// with unique numbers and publisher confirms while two workers process them
+// on a quorum work queue, with retries and deferrals, so that holds are in
+// flight when the fault comes.
 // Every process is supervised (Connect) with the three nodes' URLs, tried
 // in turn, so all of them start on node 1: it hosts the classic hold queues
 // and the leaders of the quorum queues.
@@ -52,14 +53,6 @@ import (
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
-
-type clusterJob struct{ N int }
-
-func (clusterJob) Kind() string  { return "cluster-job" }
-func (clusterJob) Queue() string { return clusterQueue }
-
-// clusterQueue is the work queue of the running cluster check.
-var clusterQueue string
 
 // clusterEnv reads a positive integer or duration setting.
 func clusterEnv[T int | time.Duration](t *testing.T, name string, def T, parse func(string) (T, error)) T {
@@ -121,71 +114,16 @@ func (c clusterCheck) topology() Topology {
 func (c clusterCheck) run(t *testing.T) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	clusterQueue = "queuey-cluster-" + hex.EncodeToString(rnd[:])
+	faultQueue = "queuey-cluster-" + hex.EncodeToString(rnd[:])
 	opts := Options{Topology: c.topology()}
 	queues := []queuey.QueueConfig{{
-		Name: clusterQueue, Type: queuey.Quorum, Prefetch: 20,
+		Name: faultQueue, Type: queuey.Quorum, Prefetch: 20,
 		Retry: queuey.RetryPolicy{Base: 50 * time.Millisecond, Cap: 400 * time.Millisecond, MaxAttempts: 6},
 	}}
 	t.Cleanup(func() { c.deleteQueues(t) })
 
-	var mu sync.Mutex
-	var reconnected []time.Time // workers' connections after their first
-	connect := func(name string) *Backend {
-		b, err := Connect(t.Context(), ConnectOptions{
-			URLs: c.urls, Backoff: faultBackoff,
-			OnState: func(e ConnEvent) {
-				if e.State == StateConnected && e.Gen > 1 && strings.HasPrefix(name, "worker") {
-					mu.Lock()
-					reconnected = append(reconnected, time.Now())
-					mu.Unlock()
-				}
-			},
-		}, opts)
-		if err != nil {
-			t.Fatalf("%s: Connect: %v", name, err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
-		return b
-	}
-
-	producer, err := queuey.NewProducer(t.Context(), connect("producer"), queues, queuey.ProducerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tally := &faultTally{succeeded: map[int]int{}, last: map[int]string{}, outcome: map[int]string{}, start: time.Now()}
-	ctx, stop := context.WithCancel(t.Context())
-	defer stop()
-	runErrs := make(chan error, faultWorkers)
-	for i := range faultWorkers {
-		w, err := queuey.NewWorker(t.Context(), connect(fmt.Sprintf("worker %d", i)), queues, queuey.WorkerConfig{StopTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = queuey.Register(w, queuey.HandlerFunc[clusterJob](func(ctx context.Context, j *queuey.Job[clusterJob]) error {
-			n := j.Args.N
-			fj := &queuey.Job[faultJob]{Args: faultJob{N: n}, JobContext: j.JobContext}
-			select {
-			case <-time.After(20 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			switch {
-			case n%4 == 0 && j.Attempt <= 2: // fails twice, then succeeds
-				tally.run(n, fj, "failed")
-				return errors.New("flaky service")
-			case n%5 == 0 && j.Deferrals == 0: // rate limited once
-				tally.run(n, fj, "deferred")
-				return queuey.Defer(300*time.Millisecond, "rate limited")
-			}
-			tally.run(n, fj, "ok")
-			return nil
-		}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { runErrs <- w.Run(ctx) }()
-	}
+	fleet := startFaultFleet(t, c.urls, opts, queues)
+	producer, tally := fleet.producer, fleet.tally
 
 	// The nemesis runs beside the producer. Just before it starts node 1
 	// again, it takes stock: which jobs confirmed 2 s or more before then
@@ -245,7 +183,7 @@ func (c clusterCheck) run(t *testing.T) {
 			})
 		}
 		ectx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-		_, err := producer.Enqueue(ectx, clusterJob{N: n})
+		_, err := producer.Enqueue(ectx, faultJob{N: n})
 		cancel()
 		switch {
 		case err == nil:
@@ -267,7 +205,7 @@ func (c clusterCheck) run(t *testing.T) {
 	for n := range confirmed {
 		all = append(all, n)
 	}
-	err = <-nemesisDone
+	err := <-nemesisDone
 	nemesisDone = nil
 	if err != nil {
 		t.Fatalf("the nemesis: %v", err)
@@ -286,12 +224,7 @@ func (c clusterCheck) run(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	stop()
-	for range faultWorkers {
-		if err := <-runErrs; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}
+	fleet.stop(t)
 
 	dead := c.drainDead(t)
 	lost := 0
@@ -313,12 +246,11 @@ func (c clusterCheck) run(t *testing.T) {
 	}
 	runs := tally.runs
 	tally.mu.Unlock()
-	mu.Lock()
+	reconnected := fleet.reconnections()
 	recovery := "never"
 	if len(reconnected) > 0 {
 		recovery = slices.MinFunc(reconnected, func(a, b time.Time) int { return a.Compare(b) }).Sub(killedAt).Round(time.Millisecond).String() + " after the kill"
 	}
-	mu.Unlock()
 	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued, %d not sent; node 1 down %s: %d of the %d jobs confirmed 2 s before its restart unfinished then, %d lost for good, %d dead-lettered %v, %d duplicates, %d handler runs; the first worker reconnected %s; enqueueing took %s",
 		t.Name(), c.jobs, len(confirmed), len(maybe), notSent, startedAt.Sub(killedAt).Round(time.Millisecond), len(stuck), len(settled), lost, len(dead), reasons, duplicates, runs, recovery, enqueued.Round(time.Millisecond))
 	if lost > 0 {
@@ -380,7 +312,7 @@ func (c clusterCheck) drainDead(t *testing.T) map[int]string {
 	}
 	out := map[int]string{}
 	for {
-		d, ok, err := ch.Get(c.topology().DeadQueue(clusterQueue), true)
+		d, ok, err := ch.Get(c.topology().DeadQueue(faultQueue), true)
 		if err != nil {
 			t.Fatalf("the dead-letter queue: %v", err)
 		}
@@ -396,7 +328,7 @@ func (c clusterCheck) drainDead(t *testing.T) map[int]string {
 			out[-len(out)-1] = reason
 			continue
 		}
-		var job clusterJob
+		var job faultJob
 		_ = json.Unmarshal(env.Payload, &job)
 		out[job.N] = reason
 	}
@@ -412,9 +344,9 @@ func (c clusterCheck) deleteQueues(t *testing.T) {
 	}
 	defer conn.Close()
 	top := c.topology()
-	names := []string{clusterQueue, top.DeadQueue(clusterQueue)}
+	names := []string{faultQueue, top.DeadQueue(faultQueue)}
 	for ttl := int64(100); ttl <= 400; ttl += 100 {
-		names = append(names, top.HoldQueue(clusterQueue, ttl), top.QuorumHoldQueue(clusterQueue, ttl))
+		names = append(names, top.HoldQueue(faultQueue, ttl), top.QuorumHoldQueue(faultQueue, ttl))
 	}
 	for _, name := range names {
 		ch, err := conn.Channel()

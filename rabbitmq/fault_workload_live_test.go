@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -86,6 +87,104 @@ func TestLiveFaultKillNineUnderLoad(t *testing.T) {
 	})
 }
 
+// faultFleet is the fault workloads' processes: a producer and
+// faultWorkers workers, each on a supervised connection of its own, the
+// workers running faultTally.handle.
+type faultFleet struct {
+	producer *queuey.Producer
+	tally    *faultTally
+	cancel   context.CancelFunc
+	runErrs  chan error
+
+	mu          sync.Mutex
+	reconnected []time.Time // every worker's Connected after its first
+}
+
+// startFaultFleet connects the producer and the workers to urls (tried in
+// turn) and starts the workers.
+func startFaultFleet(t *testing.T, urls []string, opts Options, queues []queuey.QueueConfig) *faultFleet {
+	t.Helper()
+	f := &faultFleet{
+		tally:   &faultTally{succeeded: map[int]int{}, last: map[int]string{}, outcome: map[int]string{}, start: time.Now()},
+		runErrs: make(chan error, faultWorkers),
+	}
+	connect := func(name string) *Backend {
+		b, err := Connect(t.Context(), ConnectOptions{
+			URLs: urls, Backoff: faultBackoff,
+			OnState: func(e ConnEvent) {
+				if e.State == StateConnected && e.Gen > 1 && strings.HasPrefix(name, "worker") {
+					f.mu.Lock()
+					f.reconnected = append(f.reconnected, time.Now())
+					f.mu.Unlock()
+				}
+			},
+		}, opts)
+		if err != nil {
+			t.Fatalf("%s: Connect: %v", name, err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	var err error
+	if f.producer, err = queuey.NewProducer(t.Context(), connect("producer"), queues, queuey.ProducerConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	f.cancel = cancel
+	t.Cleanup(cancel)
+	for i := range faultWorkers {
+		w, err := queuey.NewWorker(t.Context(), connect(fmt.Sprintf("worker %d", i)), queues, queuey.WorkerConfig{StopTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := queuey.Register(w, queuey.HandlerFunc[faultJob](f.tally.handle)); err != nil {
+			t.Fatal(err)
+		}
+		go func() { f.runErrs <- w.Run(ctx) }()
+	}
+	return f
+}
+
+// stop stops the workers and reports what their Runs returned.
+func (f *faultFleet) stop(t *testing.T) {
+	t.Helper()
+	f.cancel()
+	for range faultWorkers {
+		if err := <-f.runErrs; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+}
+
+// reconnections is when the workers connected again, so far.
+func (f *faultFleet) reconnections() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.reconnected)
+}
+
+// handle is the workload's handler: work that takes a while, so that jobs
+// are in hand when the fault comes (about ten at the producer's rate); a
+// quarter of the jobs fail twice, and a fifth are rate limited once.
+func (f *faultTally) handle(ctx context.Context, j *queuey.Job[faultJob]) error {
+	n := j.Args.N
+	select {
+	case <-time.After(20 * time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	switch {
+	case n%4 == 0 && j.Attempt <= 2: // fails twice, then succeeds
+		f.run(n, j, "failed")
+		return errors.New("flaky service")
+	case n%5 == 0 && j.Deferrals == 0: // rate limited once
+		f.run(n, j, "deferred")
+		return queuey.Defer(300*time.Millisecond, "rate limited")
+	}
+	f.run(n, j, "ok")
+	return nil
+}
+
 // faultTally is what the handlers saw.
 type faultTally struct {
 	mu        sync.Mutex
@@ -137,65 +236,8 @@ func runFaultWorkload(t *testing.T, restarts bool, fault func() error) {
 	}}
 	t.Cleanup(func() { deleteFaultQueues(t, url, opts.Topology.WithDefaults()) })
 
-	var connectedMu sync.Mutex
-	var connected []time.Time // every worker's Connected after the first
-	connect := func(name string) *Backend {
-		b, err := Connect(t.Context(), ConnectOptions{
-			URLs: []string{url}, Backoff: faultBackoff,
-			OnState: func(e ConnEvent) {
-				if e.State == StateConnected && e.Gen > 1 && strings.HasPrefix(name, "worker") {
-					connectedMu.Lock()
-					connected = append(connected, time.Now())
-					connectedMu.Unlock()
-				}
-			},
-		}, opts)
-		if err != nil {
-			t.Fatalf("%s: Connect: %v", name, err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
-		return b
-	}
-
-	pb := connect("producer")
-	producer, err := queuey.NewProducer(t.Context(), pb, queues, queuey.ProducerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tally := &faultTally{succeeded: map[int]int{}, last: map[int]string{}, outcome: map[int]string{}, start: time.Now()}
-	ctx, stop := context.WithCancel(t.Context())
-	defer stop()
-	runErrs := make(chan error, faultWorkers)
-	for i := range faultWorkers {
-		w, err := queuey.NewWorker(t.Context(), connect(fmt.Sprintf("worker %d", i)), queues, queuey.WorkerConfig{StopTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = queuey.Register(w, queuey.HandlerFunc[faultJob](func(ctx context.Context, j *queuey.Job[faultJob]) error {
-			n := j.Args.N
-			// Work that takes a while, so that jobs are in hand when the
-			// fault comes (about ten at the producer's rate).
-			select {
-			case <-time.After(20 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			switch {
-			case n%4 == 0 && j.Attempt <= 2: // fails twice, then succeeds
-				tally.run(n, j, "failed")
-				return errors.New("flaky service")
-			case n%5 == 0 && j.Deferrals == 0: // rate limited once
-				tally.run(n, j, "deferred")
-				return queuey.Defer(300*time.Millisecond, "rate limited")
-			}
-			tally.run(n, j, "ok")
-			return nil
-		}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { runErrs <- w.Run(ctx) }()
-	}
+	fleet := startFaultFleet(t, []string{url}, opts, queues)
+	producer, tally := fleet.producer, fleet.tally
 
 	// Enqueue, the fault starting a fifth of the way in and running
 	// beside the producer and the workers.
@@ -268,12 +310,7 @@ func runFaultWorkload(t *testing.T, restarts bool, fault func() error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	stop()
-	for range faultWorkers {
-		if err := <-runErrs; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}
+	fleet.stop(t)
 
 	tally.mu.Lock()
 	defer tally.mu.Unlock()
@@ -291,13 +328,12 @@ func runFaultWorkload(t *testing.T, restarts bool, fault func() error) {
 		}
 	}
 	dead := countFaultDeadLetters(t, url)
-	connectedMu.Lock()
+	connected := fleet.reconnections()
 	var recovery time.Duration
 	for _, at := range connected {
 		recovery = max(recovery, at.Sub(back))
 	}
 	reconnections := len(connected)
-	connectedMu.Unlock()
 	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued (%d of them ran), %d lost (%d of them in classic hold queues across the restart), %d dead-lettered, %d duplicates, %d handler runs, "+
 		"workers reconnected %d times, the last %s after the broker was back",
 		t.Name(), faultJobs, len(confirmed), len(maybe), maybeRan, lost, len(lostInHolds), dead, duplicates, tally.runs, reconnections, recovery.Round(time.Millisecond))
