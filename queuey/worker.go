@@ -2,6 +2,7 @@ package queuey
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -511,7 +512,15 @@ func (w *Worker) runHandler(ctx context.Context, h erasedHandler, env Envelope, 
 	if len(w.cfg.Middleware) == 0 {
 		return h.run(ctx, env.Payload, jc)
 	}
-	return w.chain(0, func(ctx context.Context, jc JobContext) error { return h.run(ctx, env.Payload, jc) })(ctx, jc)
+	return w.runWrapped(ctx, h, env.Payload, jc)
+}
+
+// runWrapped runs h inside the middleware. It is apart from runHandler
+// because the closure it builds would move runHandler's envelope to the
+// heap on every job, middleware or not: one allocation of 144 bytes per
+// job in BenchmarkConsume (membroker, allocs/op 12 against 11).
+func (w *Worker) runWrapped(ctx context.Context, h erasedHandler, payload json.RawMessage, jc JobContext) error {
+	return w.chain(0, func(ctx context.Context, jc JobContext) error { return h.run(ctx, payload, jc) })(ctx, jc)
 }
 
 // chain is the handling from middleware i on, ending in handle.
