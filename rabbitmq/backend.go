@@ -645,15 +645,7 @@ func (b *Backend) Publish(ctx context.Context, env queuey.Envelope, hold time.Du
 	if err != nil {
 		return fmt.Errorf("rabbitmq: publish job %q to queue %q: %w", env.ID, env.Queue, err)
 	}
-	msg := amqp.Publishing{
-		ContentType:  "application/json",
-		DeliveryMode: amqp.Persistent,
-		Priority:     env.Priority,
-		MessageId:    env.ID,
-		Type:         env.Kind,
-		Timestamp:    env.EnqueuedAt,
-		Body:         body,
-	}
+	msg := jobPublishing(env, body)
 	if ttl == 0 {
 		if err := checkShortName(env.Queue); err != nil {
 			return err
@@ -678,6 +670,20 @@ func (b *Backend) Publish(ctx context.Context, env queuey.Envelope, hold time.Du
 		return err
 	}
 	return b.publish(ctx, holdQueue, msg)
+}
+
+// jobPublishing is the message that carries env, encoded as body: a job's
+// properties are copies of its envelope's, for operators' tools.
+func jobPublishing(env queuey.Envelope, body []byte) amqp.Publishing {
+	return amqp.Publishing{
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		Priority:     env.Priority,
+		MessageId:    env.ID,
+		Type:         env.Kind,
+		Timestamp:    env.EnqueuedAt,
+		Body:         body,
+	}
 }
 
 // bodyBufs pools the buffers Publish encodes envelopes into.

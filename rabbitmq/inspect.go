@@ -1,0 +1,509 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// InspectChannel is what an Inspector needs of an AMQP channel: a
+// Channel's publishing with confirms, plus reading, returning and purging
+// messages and reading a queue's counts. *amqp091.Channel and
+// *membroker.Channel both satisfy it.
+type InspectChannel interface {
+	Channel
+	Get(queue string, autoAck bool) (amqp.Delivery, bool, error)
+	Nack(tag uint64, multiple, requeue bool) error
+	QueueDeclarePassive(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error)
+	QueuePurge(name string, noWait bool) (int, error)
+}
+
+// InspectorOptions configure an Inspector. The zero value is ready to use.
+type InspectorOptions struct {
+	// Topology names the dead-letter and hold queues; it must be the
+	// topology the workers run with. Each field documents its default.
+	Topology
+
+	// Queues lists every queue of the deployment, for Stats to find hold
+	// queues and unacknowledged counts, which AMQP cannot report. Use
+	// ManagementAPI on RabbitMQ with the management plugin. Defaults to
+	// nil: Stats reports what AMQP can (ready messages, consumers and dead
+	// letters) and leaves Unacked and Holds unknown.
+	Queues QueueLister
+
+	// Logger receives what redrives do, at INFO. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// QueueLister lists the queues of a virtual host, with their counts.
+type QueueLister interface {
+	ListQueues(ctx context.Context) ([]QueueListing, error)
+}
+
+// QueueListing is one queue in a QueueLister's answer.
+type QueueListing struct {
+	Name      string
+	Type      string // "classic", "quorum" or "stream"
+	Ready     int    // messages waiting to be delivered
+	Unacked   int    // messages delivered and not yet settled
+	Consumers int
+}
+
+// Inspector reads and repairs a deployment's queues for operators: queue
+// stats, and listing, redriving and purging dead letters. It opens a fresh
+// channel per call and closes it before returning, so a call that is
+// interrupted (its process killed, its connection dropped) leaves every
+// dead letter it had not finished with on the broker: the broker returns
+// whatever a closed channel held unacknowledged. Safe for concurrent use.
+//
+// See docs/operating.md for the dead-letter formats and what each method
+// does to the queues.
+type Inspector struct {
+	open func() (InspectChannel, error)
+	top  Topology
+	list QueueLister
+	log  *slog.Logger
+}
+
+// NewInspector returns an Inspector that opens its channels with open,
+// e.g. conn.Channel of an *amqp091.Connection or of a membroker
+// connection.
+func NewInspector[C InspectChannel](open func() (C, error), opts InspectorOptions) (*Inspector, error) {
+	if open == nil {
+		return nil, errors.New("rabbitmq: NewInspector: open is nil")
+	}
+	if err := opts.Topology.Validate(); err != nil {
+		return nil, fmt.Errorf("rabbitmq: NewInspector: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Inspector{
+		open: func() (InspectChannel, error) { return open() },
+		top:  opts.Topology.WithDefaults(),
+		list: opts.Queues,
+		log:  log,
+	}, nil
+}
+
+// ErrNoSuchQueue is the error of an Inspector call naming a work queue
+// that does not exist, or whose dead-letter queue does not.
+var ErrNoSuchQueue = errors.New("rabbitmq: no such queue")
+
+// QueueStats is one work queue's state.
+type QueueStats struct {
+	Queue     string
+	Ready     int // messages waiting in the work queue
+	Consumers int
+	Dead      int // messages in its dead-letter queue
+	// Listed says that Unacked and Holds come from the QueueLister. Without
+	// one they are unknown and zero.
+	Listed  bool
+	Unacked int         // messages delivered from the work queue and not yet settled
+	Holds   []HoldStats // its hold queues, by TTL then type
+}
+
+// HoldStats is one hold queue: jobs waiting out a retry backoff or a
+// deferral before they return to their work queue.
+type HoldStats struct {
+	Name     string
+	TTL      time.Duration
+	Type     string // "classic" or "quorum"
+	Messages int
+}
+
+// Stats reports each named work queue's counts. A queue, or its dead-letter
+// queue, that does not exist is an error wrapping ErrNoSuchQueue.
+func (in *Inspector) Stats(ctx context.Context, queues ...string) ([]QueueStats, error) {
+	var listing []QueueListing
+	if in.list != nil {
+		var err error
+		if listing, err = in.list.ListQueues(ctx); err != nil {
+			return nil, fmt.Errorf("rabbitmq: listing queues: %w", err)
+		}
+	}
+	stats := make([]QueueStats, 0, len(queues))
+	for _, q := range queues {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		st := QueueStats{Queue: q}
+		work, err := in.declarePassive(q)
+		if err != nil {
+			return nil, err
+		}
+		dead, err := in.declarePassive(in.top.DeadQueue(q))
+		if err != nil {
+			return nil, err
+		}
+		st.Ready, st.Consumers, st.Dead = work.Messages, work.Consumers, dead.Messages
+		if listing != nil {
+			st.Listed = true
+			st.Holds = []HoldStats{}
+			for _, l := range listing {
+				if l.Name == q {
+					st.Unacked = l.Unacked
+				}
+				if h, ok := in.holdOf(q, l); ok {
+					st.Holds = append(st.Holds, h)
+				}
+			}
+			slices.SortFunc(st.Holds, func(a, b HoldStats) int {
+				if a.TTL != b.TTL {
+					return int(a.TTL - b.TTL)
+				}
+				return strings.Compare(a.Type, b.Type)
+			})
+		}
+		stats = append(stats, st)
+	}
+	return stats, nil
+}
+
+// holdOf reports whether l is one of queue's hold queues, and its stats.
+func (in *Inspector) holdOf(queue string, l QueueListing) (HoldStats, bool) {
+	rest, ok := strings.CutPrefix(l.Name, queue+in.top.DeferredSuffix+".")
+	if !ok {
+		return HoldStats{}, false
+	}
+	typ := "classic"
+	if r, ok := strings.CutPrefix(rest, "quorum."); ok {
+		rest, typ = r, "quorum"
+	}
+	ttl, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || ttl <= 0 || strconv.FormatInt(ttl, 10) != rest {
+		return HoldStats{}, false
+	}
+	return HoldStats{Name: l.Name, TTL: time.Duration(ttl) * time.Millisecond, Type: typ, Messages: l.Ready + l.Unacked}, true
+}
+
+// declarePassive reads a queue's counts on a channel of its own (a
+// missing queue closes the channel).
+func (in *Inspector) declarePassive(name string) (amqp.Queue, error) {
+	ch, err := in.open()
+	if err != nil {
+		return amqp.Queue{}, fmt.Errorf("rabbitmq: opening a channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
+	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return amqp.Queue{}, fmt.Errorf("rabbitmq: queue %q: %w", name, ErrNoSuchQueue)
+		}
+		return amqp.Queue{}, fmt.Errorf("rabbitmq: queue %q: %w", name, err)
+	}
+	return q, nil
+}
+
+// DeadLetter is one message of a dead-letter queue, read the same way
+// whichever put it there: queuey (a fatal error, attempts exhausted, an
+// unknown kind, a malformed body) or the broker (a quorum work queue's
+// delivery limit).
+type DeadLetter struct {
+	// ID, Kind, Attempt and EnqueuedAt come from the job's envelope; they
+	// are zero when it is Malformed.
+	ID         string
+	Kind       string
+	Attempt    int // the envelope's attempt: the runs queuey counted
+	Deferrals  int
+	EnqueuedAt time.Time
+	// Queue is the work queue the job was dead-lettered from.
+	Queue string
+	// Reason says why: queuey's x-death-reason ("attempts exhausted",
+	// "fatal: …", "unknown job kind", "malformed envelope"), or for the
+	// broker's dead letters "broker: " and its x-first-death-reason (for
+	// example "broker: delivery_limit", a job that crashed its worker on
+	// every delivery of a quorum queue).
+	Reason string
+	// ByBroker says the broker dead-lettered it, not queuey.
+	ByBroker bool
+	// Malformed says the body is not a queuey envelope; Err says why.
+	Malformed bool
+	Err       string
+	// Body is the message body as stored: the envelope, or the malformed
+	// bytes.
+	Body []byte
+}
+
+// readDeadLetter reads d, a message of queue's dead-letter queue.
+func readDeadLetter(queue string, d amqp.Delivery) DeadLetter {
+	dl := DeadLetter{Queue: queue, Body: d.Body}
+	if reason, ok := d.Headers[HeaderDeathReason].(string); ok {
+		dl.Reason = reason
+		if q, ok := d.Headers[HeaderOriginalQueue].(string); ok && q != "" {
+			dl.Queue = q
+		}
+	} else if reason, ok := d.Headers["x-first-death-reason"].(string); ok {
+		dl.Reason, dl.ByBroker = "broker: "+reason, true
+		if q, ok := d.Headers["x-first-death-queue"].(string); ok && q != "" {
+			dl.Queue = q
+		}
+	} else {
+		dl.Reason = "unknown: no dead-letter headers"
+	}
+	env, err := queuey.DecodeEnvelope(d.Body)
+	if err != nil {
+		dl.Malformed, dl.Err = true, err.Error()
+		return dl
+	}
+	dl.ID, dl.Kind, dl.Attempt, dl.Deferrals, dl.EnqueuedAt = env.ID, env.Kind, env.Attempt, env.Deferrals, env.EnqueuedAt
+	return dl
+}
+
+// DeadLetterFilter selects dead letters. Its zero value selects every one
+// that is not malformed.
+type DeadLetterFilter struct {
+	// Reason, if set, selects dead letters whose Reason contains it
+	// ("fatal" selects every fatal error).
+	Reason string
+	// Kind, if set, selects the jobs of this kind.
+	Kind string
+	// IDs, if set, selects these job IDs.
+	IDs []string
+	// Malformed selects malformed bodies too. A redrive of one republishes
+	// it verbatim to its work queue, where a worker dead-letters it again
+	// unless it can now decode it.
+	Malformed bool
+}
+
+// Match reports whether the filter selects dl.
+func (f DeadLetterFilter) Match(dl DeadLetter) bool {
+	if dl.Malformed && !f.Malformed {
+		return false
+	}
+	if f.Reason != "" && !strings.Contains(dl.Reason, f.Reason) {
+		return false
+	}
+	if f.Kind != "" && dl.Kind != f.Kind {
+		return false
+	}
+	if len(f.IDs) > 0 && !slices.Contains(f.IDs, dl.ID) {
+		return false
+	}
+	return true
+}
+
+// DeadLetters reads up to limit of queue's dead letters that filter
+// selects, oldest first, and leaves every one in place (limit 0 means all
+// of them). It reads them as a consumer would, holding them
+// unacknowledged until it has them all, then returns them to the queue:
+// a quorum queue counts that as a delivery of each (x-delivery-count), and
+// RabbitMQ 4.0 returns them to its back, so their order may change. A
+// queue whose dead-letter queue does not exist is an error wrapping
+// ErrNoSuchQueue.
+func (in *Inspector) DeadLetters(ctx context.Context, queue string, filter DeadLetterFilter, limit int) ([]DeadLetter, error) {
+	var out []DeadLetter
+	err := in.scan(ctx, queue, func(dl DeadLetter, _, _ int) (bool, error) {
+		if filter.Match(dl) {
+			out = append(out, dl)
+		}
+		return limit > 0 && len(out) >= limit, nil
+	}, nil)
+	return out, err
+}
+
+// scan reads queue's dead letters, at most as many as it held when scan
+// began (total), and with each, first calls take, if set, then visit with
+// how many it has read, until visit says stop. A dead letter that take
+// took was acknowledged by it (gone from the dead-letter queue); every
+// other one is returned to the queue when scan ends.
+func (in *Inspector) scan(ctx context.Context, queue string, visit func(dl DeadLetter, read, total int) (stop bool, err error),
+	take func(ch InspectChannel, pub *Publisher, dl DeadLetter, d amqp.Delivery) (taken bool, err error)) (err error) {
+	dead := in.top.DeadQueue(queue)
+	q, err := in.declarePassive(dead)
+	if err != nil {
+		return err
+	}
+	ch, err := in.open()
+	if err != nil {
+		return fmt.Errorf("rabbitmq: opening a channel: %w", err)
+	}
+	// Closing the channel returns anything still unacknowledged, whatever
+	// happened before.
+	defer func() { _ = ch.Close() }()
+	var pub *Publisher
+	if take != nil {
+		if pub, err = NewPublisher(ch, in.log); err != nil {
+			return err
+		}
+		defer func() { _ = pub.Close() }()
+	}
+	var held uint64 // the last tag held unacknowledged, to return at the end
+	defer func() {
+		if held != 0 && !ch.IsClosed() {
+			if nerr := ch.Nack(held, true, true); nerr != nil && err == nil {
+				err = fmt.Errorf("rabbitmq: returning dead letters to %q: %w (closing the channel returns them)", dead, nerr)
+			}
+		}
+	}()
+	for read := 0; read < q.Messages; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d, ok, err := ch.Get(dead, false)
+		if err != nil {
+			return fmt.Errorf("rabbitmq: reading %q: %w", dead, err)
+		}
+		if !ok {
+			break
+		}
+		read++
+		dl := readDeadLetter(queue, d)
+		taken := false
+		if take != nil {
+			if taken, err = take(ch, pub, dl, d); err != nil {
+				return err
+			}
+		}
+		if !taken {
+			held = d.DeliveryTag
+		}
+		if stop, err := visit(dl, read, q.Messages); err != nil || stop {
+			return err
+		}
+	}
+	return nil
+}
+
+// RedriveOptions say which dead letters a redrive moves, and how.
+type RedriveOptions struct {
+	// Filter selects the dead letters to move.
+	Filter DeadLetterFilter
+	// ResetAttempts starts each job's attempts over at 1. Otherwise a job
+	// keeps its attempt count, so a job dead-lettered for exhausting its
+	// attempts gets one more run before it is dead-lettered again.
+	ResetAttempts bool
+	// DryRun reads and counts without moving anything.
+	DryRun bool
+	// Progress, if set, is called after each dead letter read, with how
+	// many were read and how many the queue held when the redrive began.
+	Progress func(read, total int)
+}
+
+// RedriveReport says what a redrive did, including one that failed
+// partway.
+type RedriveReport struct {
+	Read    int // dead letters read
+	Moved   int // republished to their work queue, confirmed, and removed from the dead-letter queue
+	Skipped int // not selected by the filter: left in place
+	// MaybeMoved is 1 when the redrive stopped between a dead letter's
+	// republish and its removal: that job may now be both in its work
+	// queue and still in the dead-letter queue.
+	MaybeMoved int
+}
+
+// Redrive moves queue's dead letters that opts.Filter selects back to
+// queue, each as a new delivery of the same job (same ID, kind and
+// payload, priority 0). Each is republished, and the broker's confirm
+// awaited, before it is removed from the dead-letter queue, so a redrive
+// interrupted at any point loses nothing: at worst the one job it was
+// moving is in both queues (RedriveReport.MaybeMoved). It reads at most as
+// many dead letters as the queue held when it began, so jobs dead-lettered
+// again meanwhile are not moved twice.
+//
+// A broker dead letter (ByBroker) is a job that reached its quorum queue's
+// delivery limit, typically by crashing its worker: redriving it gives it
+// the delivery limit again. Dead letters the filter does not select stay,
+// returned to the dead-letter queue when the redrive ends.
+//
+// The report is valid with an error too. Errors wrap ErrNoSuchQueue for a
+// missing queue, ErrReturned when the work queue does not exist, or
+// whatever ended the connection.
+func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOptions) (RedriveReport, error) {
+	var rep RedriveReport
+	if _, err := in.declarePassive(queue); err != nil {
+		return rep, err
+	}
+	take := func(ch InspectChannel, pub *Publisher, dl DeadLetter, d amqp.Delivery) (bool, error) {
+		rep.Read++
+		if !opts.Filter.Match(dl) {
+			rep.Skipped++
+			return false, nil
+		}
+		if opts.DryRun {
+			rep.Moved++
+			return false, nil
+		}
+		msg, err := redriveMessage(dl, opts.ResetAttempts)
+		if err != nil {
+			return false, err
+		}
+		if err := pub.Publish(ctx, queue, msg); err != nil {
+			if errors.Is(err, queuey.ErrMaybeEnqueued) {
+				rep.MaybeMoved = 1
+			}
+			return false, fmt.Errorf("rabbitmq: redriving job %q to %q: %w", dl.ID, queue, err)
+		}
+		rep.MaybeMoved = 1
+		if err := ch.Ack(d.DeliveryTag, false); err != nil {
+			return false, fmt.Errorf("rabbitmq: removing redriven job %q from %q: %w", dl.ID, in.top.DeadQueue(queue), err)
+		}
+		rep.MaybeMoved = 0
+		rep.Moved++
+		return true, nil
+	}
+	err := in.scan(ctx, queue, func(_ DeadLetter, read, total int) (bool, error) {
+		if opts.Progress != nil {
+			opts.Progress(read, total)
+		}
+		return false, nil
+	}, take)
+	in.log.InfoContext(ctx, "queuey: redrive", slog.String("queue", queue), slog.Int("read", rep.Read),
+		slog.Int("moved", rep.Moved), slog.Int("skipped", rep.Skipped), slog.Int("maybe_moved", rep.MaybeMoved),
+		slog.Bool("dry_run", opts.DryRun))
+	return rep, err
+}
+
+// redriveMessage is dl published again to its work queue, as
+// Backend.Publish publishes a new job.
+func redriveMessage(dl DeadLetter, resetAttempts bool) (amqp.Publishing, error) {
+	if dl.Malformed {
+		return amqp.Publishing{DeliveryMode: amqp.Persistent, Body: dl.Body}, nil
+	}
+	env, err := queuey.DecodeEnvelope(dl.Body)
+	if err != nil {
+		return amqp.Publishing{}, err
+	}
+	if resetAttempts {
+		env.Attempt = 1
+	}
+	env.Priority = 0
+	body, err := env.Encode()
+	if err != nil {
+		return amqp.Publishing{}, err
+	}
+	return jobPublishing(env, body), nil
+}
+
+// Purge deletes every message of queue's dead-letter queue and returns how
+// many there were. It cannot be undone.
+func (in *Inspector) Purge(ctx context.Context, queue string) (int, error) {
+	dead := in.top.DeadQueue(queue)
+	if _, err := in.declarePassive(dead); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	ch, err := in.open()
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: opening a channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	n, err := ch.QueuePurge(dead, false)
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: purging %q: %w", dead, err)
+	}
+	in.log.InfoContext(ctx, "queuey: purged dead letters", slog.String("queue", queue), slog.Int("purged", n))
+	return n, nil
+}

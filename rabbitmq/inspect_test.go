@@ -1,0 +1,459 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// inspectJob is the job of the inspector's tests: Fail says how its
+// handler ends (ok, fatal, retry).
+type inspectJob struct {
+	N    int    `json:"n"`
+	Fail string `json:"fail,omitempty"`
+}
+
+func (inspectJob) Kind() string  { return "inspect" }
+func (inspectJob) Queue() string { return "jobs" }
+
+// otherKindJob is a second kind on the same queue, for filters.
+type otherKindJob struct {
+	N int `json:"n"`
+}
+
+func (otherKindJob) Kind() string  { return "other" }
+func (otherKindJob) Queue() string { return "jobs" }
+
+// inspectRig is a deployment on membroker: the work queue "jobs" (classic
+// or quorum) declared by a Backend, a Producer, and an Inspector on a
+// connection of its own, whose Queues lister reads membroker's state.
+type inspectRig struct {
+	broker   *membroker.Broker
+	backend  *Backend
+	producer *queuey.Producer
+	queues   []queuey.QueueConfig
+	insp     *Inspector
+	inspConn *membroker.Connection
+}
+
+// memLister lists a membroker broker's queues as the management API would.
+type memLister struct{ b *membroker.Broker }
+
+func (l memLister) ListQueues(context.Context) ([]QueueListing, error) {
+	var out []QueueListing
+	for _, q := range l.b.Queues() {
+		out = append(out, QueueListing{Name: q.Name, Type: q.Type, Ready: q.Ready, Unacked: q.Unacked, Consumers: len(q.Consumers)})
+	}
+	return out, nil
+}
+
+func newInspectRig(t *testing.T, typ queuey.QueueType, listed bool) *inspectRig {
+	t.Helper()
+	r := &inspectRig{broker: membroker.New(membroker.Config{Clock: clock.New(), Version: membroker.RabbitMQ40})}
+	conn, err := r.broker.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if r.backend, err = New(Channels(conn.Channel), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.backend.Close() })
+	r.queues = []queuey.QueueConfig{{Name: "jobs", Type: typ, Prefetch: 4,
+		Retry: queuey.RetryPolicy{MaxAttempts: 2, Base: time.Second, Cap: time.Second}}}
+	if r.producer, err = queuey.NewProducer(t.Context(), r.backend, r.queues, queuey.ProducerConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if r.inspConn, err = r.broker.Dial(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.inspConn.Close() })
+	opts := InspectorOptions{}
+	if listed {
+		opts.Queues = memLister{r.broker}
+	}
+	if r.insp, err = NewInspector(r.inspConn.Channel, opts); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// work runs a worker until every job is settled (the bubble is idle), and
+// returns how many times each job ran, by N, and the attempt of its last
+// run.
+func (r *inspectRig) work(t *testing.T) (runs, attempts map[int]int) {
+	t.Helper()
+	w, err := queuey.NewWorker(t.Context(), r.backend, r.queues, queuey.WorkerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	runs, attempts = map[int]int{}, map[int]int{}
+	if err := queuey.Register(w, queuey.HandlerFunc[inspectJob](func(_ context.Context, j *queuey.Job[inspectJob]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		runs[j.Args.N]++
+		attempts[j.Args.N] = j.Attempt
+		switch j.Args.Fail {
+		case "fatal":
+			return queuey.Fatal(errors.New("card declined"))
+		case "retry":
+			return errors.New("vendor down")
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := queuey.Register(w, queuey.HandlerFunc[otherKindJob](func(context.Context, *queuey.Job[otherKindJob]) error {
+		return queuey.Fatal(errors.New("other"))
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	time.Sleep(time.Hour) // virtual: every retry's hold has long expired
+	synctest.Wait()
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return runs, attempts
+}
+
+// deadLetterSome makes dead letters of every shape in "jobs.dead": n fatal
+// jobs (N 0..n-1), n exhausted ones (N 100..), one of another kind, and
+// one malformed body.
+func (r *inspectRig) deadLetterSome(t *testing.T, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := r.producer.Enqueue(t.Context(), inspectJob{N: i, Fail: "fatal"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.producer.Enqueue(t.Context(), inspectJob{N: 100 + i, Fail: "retry"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.producer.Enqueue(t.Context(), otherKindJob{N: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ch := r.rawChannel(t)
+	if err := ch.Publish("", "jobs", false, false, amqp.Publishing{Body: []byte("{not json")}); err != nil {
+		t.Fatal(err)
+	}
+	r.work(t)
+}
+
+func (r *inspectRig) rawChannel(t *testing.T) *membroker.Channel {
+	t.Helper()
+	ch, err := r.inspConn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Close() })
+	return ch
+}
+
+func (r *inspectRig) count(t *testing.T, queue string) int {
+	t.Helper()
+	q, ok := r.broker.Queue(queue)
+	if !ok {
+		t.Fatalf("no queue %q", queue)
+	}
+	return q.Ready + q.Unacked
+}
+
+func TestInspectorListsDeadLettersOfEveryShapeAndLeavesThem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Classic, false)
+		r.deadLetterSome(t, 3)
+		all, err := r.insp.DeadLetters(t.Context(), "jobs", DeadLetterFilter{Malformed: true}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, dl := range all {
+			got = append(got, fmt.Sprintf("%s|%s|%d|%s|%v", dl.Kind, dl.Reason, dl.Attempt, dl.Queue, dl.Malformed))
+		}
+		slices.Sort(got)
+		want := []string{
+			"inspect|attempts exhausted|2|jobs|false", "inspect|attempts exhausted|2|jobs|false", "inspect|attempts exhausted|2|jobs|false",
+			"inspect|fatal: card declined|1|jobs|false", "inspect|fatal: card declined|1|jobs|false", "inspect|fatal: card declined|1|jobs|false",
+			"other|fatal: other|1|jobs|false",
+			"|malformed envelope|0|jobs|true",
+		}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("dead letters:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		if n := r.count(t, "jobs.dead"); n != 8 {
+			t.Fatalf("listing left %d dead letters of 8", n)
+		}
+		// Filters and the limit.
+		for _, tc := range []struct {
+			f     DeadLetterFilter
+			limit int
+			want  int
+		}{
+			{DeadLetterFilter{}, 0, 7},
+			{DeadLetterFilter{Reason: "fatal"}, 0, 4},
+			{DeadLetterFilter{Reason: "exhausted"}, 0, 3},
+			{DeadLetterFilter{Kind: "other"}, 0, 1},
+			{DeadLetterFilter{IDs: []string{all[0].ID, all[1].ID}}, 0, 2},
+			{DeadLetterFilter{Reason: "no such reason"}, 0, 0},
+			{DeadLetterFilter{}, 2, 2},
+		} {
+			dls, err := r.insp.DeadLetters(t.Context(), "jobs", tc.f, tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(dls) != tc.want {
+				t.Errorf("filter %+v limit %d: %d dead letters, want %d", tc.f, tc.limit, len(dls), tc.want)
+			}
+		}
+		if n := r.count(t, "jobs.dead"); n != 8 {
+			t.Fatalf("filtered listings left %d dead letters of 8", n)
+		}
+	})
+}
+
+// A poison job on a quorum queue is dead-lettered by the broker, with no
+// queuey headers: it is listed with the broker's reason.
+func TestInspectorReadsTheBrokersDeadLetters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Quorum, false)
+		if _, err := r.producer.Enqueue(t.Context(), inspectJob{N: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ch := r.rawChannel(t)
+		for i := 0; ; i++ { // a worker crashing on every delivery
+			d, ok, err := ch.Get("jobs", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			if err := ch.Reject(d.DeliveryTag, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dls, err := r.insp.DeadLetters(t.Context(), "jobs", DeadLetterFilter{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dls) != 1 || dls[0].Reason != "broker: delivery_limit" || !dls[0].ByBroker || dls[0].Queue != "jobs" || dls[0].Kind != "inspect" {
+			t.Fatalf("dead letters %+v, want one inspect job with reason broker: delivery_limit", dls)
+		}
+		rep, err := r.insp.Redrive(t.Context(), "jobs", RedriveOptions{Filter: DeadLetterFilter{Reason: "delivery_limit"}})
+		if err != nil || rep.Moved != 1 {
+			t.Fatalf("redrive: %+v, %v", rep, err)
+		}
+		if runs, _ := r.work(t); runs[1] != 1 {
+			t.Fatalf("the redriven poison job ran %d times, want 1", runs[1])
+		}
+	})
+}
+
+// Redriven jobs run exactly once each; what the filter leaves stays.
+func TestInspectorRedriveRunsEachJobOnce(t *testing.T) {
+	for _, typ := range []queuey.QueueType{queuey.Classic, queuey.Quorum} {
+		t.Run(typ.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newInspectRig(t, typ, false)
+				const n = 25
+				r.deadLetterSome(t, n)
+				// The fatal jobs would fail again: make them succeed now, as
+				// if the card were fixed, by redriving only exhausted ones
+				// with their attempts reset, then the fatal ones.
+				var progress []int
+				rep, err := r.insp.Redrive(t.Context(), "jobs", RedriveOptions{
+					Filter: DeadLetterFilter{Reason: "attempts exhausted"}, ResetAttempts: true,
+					Progress: func(read, total int) { progress = append(progress, read, total) },
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rep != (RedriveReport{Read: 2*n + 2, Moved: n, Skipped: n + 2}) {
+					t.Fatalf("report %+v", rep)
+				}
+				if len(progress) != 2*(2*n+2) || progress[len(progress)-2] != 2*n+2 || progress[len(progress)-1] != 2*n+2 {
+					t.Fatalf("progress %v", progress)
+				}
+				if got := r.count(t, "jobs.dead"); got != n+2 {
+					t.Fatalf("%d dead letters left, want %d", got, n+2)
+				}
+				runs, attempts := r.work(t)
+				for i := range n {
+					// Each retries again (its Fail is still "retry"): two
+					// runs, from attempt 1, then dead-lettered again.
+					if runs[100+i] != 2 || attempts[100+i] != 2 {
+						t.Fatalf("job %d ran %d times, last at attempt %d; want 2 runs from attempt 1", 100+i, runs[100+i], attempts[100+i])
+					}
+				}
+				if len(runs) != n {
+					t.Fatalf("%d jobs ran, want the %d redriven ones: %v", len(runs), n, runs)
+				}
+			})
+		})
+	}
+}
+
+// A dry run counts and moves nothing; a redrive keeping attempts gives an
+// exhausted job one more run.
+func TestInspectorRedriveDryRunAndKeptAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Classic, false)
+		r.deadLetterSome(t, 2)
+		rep, err := r.insp.Redrive(t.Context(), "jobs", RedriveOptions{DryRun: true})
+		if err != nil || rep != (RedriveReport{Read: 6, Moved: 5, Skipped: 1}) {
+			t.Fatalf("dry run: %+v, %v", rep, err)
+		}
+		if got := r.count(t, "jobs.dead"); got != 6 {
+			t.Fatalf("a dry run left %d of 6 dead letters", got)
+		}
+		if _, err := r.insp.Redrive(t.Context(), "jobs", RedriveOptions{Filter: DeadLetterFilter{Reason: "exhausted"}}); err != nil {
+			t.Fatal(err)
+		}
+		runs, attempts := r.work(t)
+		if runs[100] != 1 || attempts[100] != 2 {
+			t.Fatalf("kept attempts: job ran %d times at attempt %d, want once at 2", runs[100], attempts[100])
+		}
+		if got := r.count(t, "jobs.dead"); got != 6 {
+			t.Fatalf("%d dead letters, want the 6 again", got)
+		}
+	})
+}
+
+// A malformed body stays unless asked for, and then goes back verbatim.
+func TestInspectorRedriveMalformedOnlyWhenAsked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Classic, false)
+		r.deadLetterSome(t, 1)
+		rep, err := r.insp.Redrive(t.Context(), "jobs", RedriveOptions{Filter: DeadLetterFilter{Reason: "malformed"}})
+		if err != nil || rep.Moved != 0 || rep.Skipped != 4 {
+			t.Fatalf("without Malformed: %+v, %v", rep, err)
+		}
+		rep, err = r.insp.Redrive(t.Context(), "jobs", RedriveOptions{Filter: DeadLetterFilter{Reason: "malformed", Malformed: true}})
+		if err != nil || rep.Moved != 1 {
+			t.Fatalf("with Malformed: %+v, %v", rep, err)
+		}
+		ch := r.rawChannel(t)
+		d, ok, err := ch.Get("jobs", true)
+		if err != nil || !ok || string(d.Body) != "{not json" {
+			t.Fatalf("work queue holds %q (%v, %v), want the malformed body verbatim", d.Body, ok, err)
+		}
+	})
+}
+
+// A redrive whose connection is killed partway loses nothing, and its
+// report says what it did.
+func TestInspectorInterruptedRedriveLosesNothing(t *testing.T) {
+	for _, at := range []int{1, 7, 20} {
+		t.Run(fmt.Sprintf("after=%d", at), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newInspectRig(t, queuey.Classic, false)
+				const n = 10
+				r.deadLetterSome(t, n)
+				rep, err := r.insp.Redrive(t.Context(), "jobs", RedriveOptions{Progress: func(read, _ int) {
+					if read == at {
+						r.broker.CloseConnection(r.inspConn, &amqp.Error{Code: amqp.ConnectionForced, Reason: "killed by the test"})
+					}
+				}})
+				if err == nil {
+					t.Fatalf("redrive survived its connection: %+v", rep)
+				}
+				if rep.Read != at || rep.Moved+rep.Skipped != at || rep.MaybeMoved != 0 {
+					t.Fatalf("report %+v, want %d read, each moved or skipped (%v)", rep, at, err)
+				}
+				work, dead := r.count(t, "jobs"), r.count(t, "jobs.dead")
+				if work != rep.Moved || work+dead != 2*n+2 {
+					t.Fatalf("after the kill: %d in jobs, %d dead, report %+v; want %d jobs in all, none lost", work, dead, rep, 2*n+2)
+				}
+			})
+		})
+	}
+}
+
+func TestInspectorPurge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Classic, false)
+		r.deadLetterSome(t, 2)
+		n, err := r.insp.Purge(t.Context(), "jobs")
+		if err != nil || n != 6 {
+			t.Fatalf("purge: %d, %v; want 6", n, err)
+		}
+		if got := r.count(t, "jobs.dead"); got != 0 {
+			t.Fatalf("%d dead letters left", got)
+		}
+	})
+}
+
+func TestInspectorStats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Classic, true)
+		r.deadLetterSome(t, 1)
+		for i := range 3 {
+			if _, err := r.producer.Enqueue(t.Context(), inspectJob{N: i}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := r.producer.EnqueueAfter(t.Context(), inspectJob{N: 9}, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		env := queuey.Envelope{ID: "r", Kind: "inspect", Queue: "jobs", Payload: []byte(`{}`), Attempt: 2, EnqueuedAt: time.Now()}
+		if err := r.backend.Publish(t.Context(), env, 4*time.Second, queuey.HoldRetry); err != nil {
+			t.Fatal(err)
+		}
+		st, err := r.insp.Stats(t.Context(), "jobs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := QueueStats{Queue: "jobs", Ready: 3, Dead: 4, Listed: true, Holds: []HoldStats{
+			{Name: "jobs.deferred.4000", TTL: 4 * time.Second, Type: "classic", Messages: 1},
+			{Name: "jobs.deferred.30000", TTL: 30 * time.Second, Type: "classic", Messages: 1},
+		}}
+		if fmt.Sprint(st) != fmt.Sprint([]QueueStats{want}) {
+			t.Fatalf("stats %+v\nwant %+v", st, want)
+		}
+		// Without a lister: what AMQP can say.
+		plain, err := NewInspector(r.inspConn.Channel, InspectorOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err = plain.Stats(t.Context(), "jobs")
+		if err != nil || fmt.Sprint(st) != fmt.Sprint([]QueueStats{{Queue: "jobs", Ready: 3, Dead: 4}}) {
+			t.Fatalf("stats without a lister: %+v, %v", st, err)
+		}
+	})
+}
+
+func TestInspectorUnknownQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Classic, false)
+		ctx := t.Context()
+		_, errStats := r.insp.Stats(ctx, "nope")
+		_, errList := r.insp.DeadLetters(ctx, "nope", DeadLetterFilter{}, 0)
+		_, errRedrive := r.insp.Redrive(ctx, "nope", RedriveOptions{})
+		_, errPurge := r.insp.Purge(ctx, "nope")
+		for i, err := range []error{errStats, errList, errRedrive, errPurge} {
+			if !errors.Is(err, ErrNoSuchQueue) || !strings.Contains(err.Error(), `"nope`) {
+				t.Errorf("call %d: %v, want ErrNoSuchQueue naming the queue", i, err)
+			}
+		}
+		if _, err := NewInspector[*membroker.Channel](nil, InspectorOptions{}); err == nil {
+			t.Error("NewInspector(nil) succeeded")
+		}
+	})
+}
