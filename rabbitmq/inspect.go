@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -312,11 +313,13 @@ func (in *Inspector) DeadLetters(ctx context.Context, queue string, filter DeadL
 	return out, err
 }
 
-// scan reads queue's dead letters, at most as many as it held when scan
-// began (total), and with each, first calls take, if set, then visit with
-// how many it has read, until visit says stop. A dead letter that take
-// took was acknowledged by it (gone from the dead-letter queue); every
-// other one is returned to the queue when scan ends.
+// scan reads queue's dead letters until it finds none left, and with each,
+// first calls take, if set, then visit with how many it has read and how
+// many the queue held when scan began (which new dead letters can
+// exceed), until visit says stop. A dead letter that take took was
+// acknowledged by it (gone from the dead-letter queue); every other one is
+// held unacknowledged, so it is never read twice, and returned to the queue
+// when scan ends.
 func (in *Inspector) scan(ctx context.Context, queue string, visit func(dl DeadLetter, read, total int) (stop bool, err error),
 	take func(ch InspectChannel, pub *Publisher, dl DeadLetter, d amqp.Delivery) (taken bool, err error)) (err error) {
 	dead := in.top.DeadQueue(queue)
@@ -339,14 +342,22 @@ func (in *Inspector) scan(ctx context.Context, queue string, visit func(dl DeadL
 		defer func() { _ = pub.Close() }()
 	}
 	var held uint64 // the last tag held unacknowledged, to return at the end
+	nheld := 0
 	defer func() {
-		if held != 0 && !ch.IsClosed() {
-			if nerr := ch.Nack(held, true, true); nerr != nil && err == nil {
+		if held == 0 || ch.IsClosed() {
+			return
+		}
+		if nerr := ch.Nack(held, true, true); nerr != nil {
+			if err == nil {
 				err = fmt.Errorf("rabbitmq: returning dead letters to %q: %w (closing the channel returns them)", dead, nerr)
 			}
+			return
+		}
+		if err == nil {
+			in.awaitReturns(ctx, ch, dead, nheld)
 		}
 	}()
-	for read := 0; read < q.Messages; {
+	for read := 1; ; read++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -355,9 +366,8 @@ func (in *Inspector) scan(ctx context.Context, queue string, visit func(dl DeadL
 			return fmt.Errorf("rabbitmq: reading %q: %w", dead, err)
 		}
 		if !ok {
-			break
+			return nil
 		}
-		read++
 		dl := readDeadLetter(queue, d)
 		taken := false
 		if take != nil {
@@ -367,12 +377,38 @@ func (in *Inspector) scan(ctx context.Context, queue string, visit func(dl DeadL
 		}
 		if !taken {
 			held = d.DeliveryTag
+			nheld++
 		}
 		if stop, err := visit(dl, read, q.Messages); err != nil || stop {
 			return err
 		}
 	}
-	return nil
+}
+
+// returnWait bounds how long a scan waits for the dead letters it returned
+// to be readable again.
+const returnWait = 5 * time.Second
+
+// awaitReturns waits, up to returnWait, until dead holds at least n ready
+// messages: the n a scan has just returned. On RabbitMQ a return is
+// asynchronous (the channel hands it to the queue's process, and a
+// channel.close-ok does not wait for it), so without this wait a redrive
+// started right after a listing found only part of the dead letters the
+// listing had returned, and stopped early (seen on 4.0.5: 133 of 301).
+// membroker returns them at once.
+func (in *Inspector) awaitReturns(ctx context.Context, ch InspectChannel, dead string, n int) {
+	deadline := time.Now().Add(returnWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		q, err := ch.QueueDeclarePassive(dead, false, false, false, false, nil)
+		if err != nil || q.Messages >= n || time.Now().After(deadline) {
+			return // another consumer may have taken some: no error
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // RedriveOptions say which dead letters a redrive moves, and how.
@@ -386,7 +422,8 @@ type RedriveOptions struct {
 	// DryRun reads and counts without moving anything.
 	DryRun bool
 	// Progress, if set, is called after each dead letter read, with how
-	// many were read and how many the queue held when the redrive began.
+	// many were read and how many the queue held when the redrive began
+	// (read exceeds it when dead letters arrive meanwhile).
 	Progress func(read, total int)
 }
 
@@ -396,6 +433,9 @@ type RedriveReport struct {
 	Read    int // dead letters read
 	Moved   int // republished to their work queue, confirmed, and removed from the dead-letter queue
 	Skipped int // not selected by the filter: left in place
+	// Recurred counts jobs this redrive moved that were dead-lettered
+	// again before it ended: left in place, not moved twice.
+	Recurred int
 	// MaybeMoved is 1 when the redrive stopped between a dead letter's
 	// republish and its removal: that job may now be both in its work
 	// queue and still in the dead-letter queue.
@@ -407,9 +447,15 @@ type RedriveReport struct {
 // payload, priority 0). Each is republished, and the broker's confirm
 // awaited, before it is removed from the dead-letter queue, so a redrive
 // interrupted at any point loses nothing: at worst the one job it was
-// moving is in both queues (RedriveReport.MaybeMoved). It reads at most as
-// many dead letters as the queue held when it began, so jobs dead-lettered
-// again meanwhile are not moved twice.
+// moving is in both queues (RedriveReport.MaybeMoved). It reads until the
+// dead-letter queue has nothing it has not seen, holding what it leaves
+// unacknowledged until the end; a job it moved that is dead-lettered again
+// meanwhile is left in place (RedriveReport.Recurred), never moved twice.
+//
+// A dead letter that another channel returned to the queue moments before
+// (one that was cut off, say) may not be readable yet, since RabbitMQ
+// returns messages asynchronously: a redrive started then can miss it, and
+// a second one moves it.
 //
 // A broker dead letter (ByBroker) is a job that reached its quorum queue's
 // delivery limit, typically by crashing its worker: redriving it gives it
@@ -424,10 +470,16 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 	if _, err := in.declarePassive(queue); err != nil {
 		return rep, err
 	}
+	moved := map[string]bool{} // by movedKey
 	take := func(ch InspectChannel, pub *Publisher, dl DeadLetter, d amqp.Delivery) (bool, error) {
 		rep.Read++
 		if !opts.Filter.Match(dl) {
 			rep.Skipped++
+			return false, nil
+		}
+		key := movedKey(dl)
+		if moved[key] {
+			rep.Recurred++
 			return false, nil
 		}
 		if opts.DryRun {
@@ -445,6 +497,7 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 			return false, fmt.Errorf("rabbitmq: redriving job %q to %q: %w", dl.ID, queue, err)
 		}
 		rep.MaybeMoved = 1
+		moved[key] = true
 		if err := ch.Ack(d.DeliveryTag, false); err != nil {
 			return false, fmt.Errorf("rabbitmq: removing redriven job %q from %q: %w", dl.ID, in.top.DeadQueue(queue), err)
 		}
@@ -462,6 +515,16 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 		slog.Int("moved", rep.Moved), slog.Int("skipped", rep.Skipped), slog.Int("maybe_moved", rep.MaybeMoved),
 		slog.Bool("dry_run", opts.DryRun))
 	return rep, err
+}
+
+// movedKey identifies a job a redrive moved: its ID, or a malformed body's
+// digest.
+func movedKey(dl DeadLetter) string {
+	if dl.Malformed {
+		sum := sha256.Sum256(dl.Body)
+		return "malformed:" + string(sum[:])
+	}
+	return "id:" + dl.ID
 }
 
 // redriveMessage is dl published again to its work queue, as

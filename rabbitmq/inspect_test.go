@@ -457,3 +457,37 @@ func TestInspectorUnknownQueue(t *testing.T) {
 		}
 	})
 }
+
+// A job dead-lettered again while its redrive runs is left in place, not
+// moved twice: a redrive ends even when its jobs fail at once.
+func TestInspectorRedriveNeverMovesAJobTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Classic, false)
+		r.deadLetterSome(t, 3)
+		var again []string
+		rep, err := r.insp.Redrive(t.Context(), "jobs", RedriveOptions{Progress: func(read, _ int) {
+			// The worker ran the job just moved and it failed again.
+			ch := r.rawChannel(t)
+			d, ok, err := ch.Get("jobs", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return // this one was not moved
+			}
+			if err := r.backend.DeadLetter(t.Context(), "jobs", d.Body, "fatal: again", 1); err != nil {
+				t.Fatal(err)
+			}
+			again = append(again, d.MessageId)
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Moved != 7 || rep.Recurred != 7 || rep.Skipped != 1 || rep.Read != 15 {
+			t.Fatalf("report %+v, want 7 moved, 7 recurred, the malformed one skipped", rep)
+		}
+		if got := r.count(t, "jobs.dead"); got != 8 || len(again) != 7 {
+			t.Fatalf("%d dead letters, %d failed again; want 8 and 7", got, len(again))
+		}
+	})
+}
