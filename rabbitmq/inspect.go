@@ -199,7 +199,7 @@ func (in *Inspector) declarePassive(name string) (amqp.Queue, error) {
 	if err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-			return amqp.Queue{}, fmt.Errorf("rabbitmq: queue %q: %w", name, ErrNoSuchQueue)
+			return amqp.Queue{}, fmt.Errorf("%w: %q", ErrNoSuchQueue, name)
 		}
 		return amqp.Queue{}, fmt.Errorf("rabbitmq: queue %q: %w", name, err)
 	}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/rabbitmq"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// The command against the live broker at AMQP_URL (and its management API
+// at RABBITMQ_MANAGEMENT_URL, when set), through its real dialer: a
+// dead-letter session from stats to purge.
+func TestLiveSession(t *testing.T) {
+	url := os.Getenv("AMQP_URL")
+	if url == "" {
+		t.Skip("AMQP_URL not set: skipping a test that needs a live RabbitMQ (scripts/rabbitmq start)")
+	}
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	q := "queuey-cli-" + hex.EncodeToString(rnd[:])
+	ctx := t.Context()
+	if err := b.Declare(ctx, queuey.QueueConfig{Name: q}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		for _, name := range []string{q, q + ".dead"} {
+			_, _ = ch.QueueDelete(name, false, false, false)
+		}
+	}()
+	for i := range 20 {
+		reason := queuey.ReasonAttemptsExhausted
+		if i%2 == 1 {
+			reason = "fatal: card declined"
+		}
+		e := queuey.Envelope{ID: fmt.Sprintf("j-%d", i), Kind: "email", Queue: q, Payload: json.RawMessage(`{}`), Attempt: 3, EnqueuedAt: time.Now()}
+		body, err := e.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.DeadLetter(ctx, q, body, reason, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(wantCode int, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: os.Getenv, dial: dialAMQP}
+		if code := a.run(ctx, args); code != wantCode {
+			t.Fatalf("queuey %s: exit %d, want %d\n%s%s", strings.Join(args, " "), code, wantCode, out.String(), errOut.String())
+		}
+		t.Logf("$ queuey %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
+		return out.String()
+	}
+	if out := run(0, "stats", q); !strings.Contains(out, " 20 ") {
+		t.Fatalf("stats does not show 20 dead letters:\n%s", out)
+	}
+	if out := run(0, "dead", "ls", q, "--reason", "fatal", "--json"); strings.Count(out, `"reason"`) != 10 {
+		t.Fatalf("ls --reason fatal listed %d, want 10", strings.Count(out, `"reason"`))
+	}
+	if out := run(0, "dead", "redrive", q, "--reason", "exhausted", "--reset-attempts", "--yes"); !strings.Contains(out, "redrove 10 of 20") {
+		t.Fatalf("redrive: %s", out)
+	}
+	if out := run(0, "dead", "purge", q, "--yes"); !strings.Contains(out, "purged 10 dead letters") {
+		t.Fatalf("purge: %s", out)
+	}
+	run(1, "dead", "purge", q, "--yes") // nothing left
+	run(1, "stats", q+"-missing")
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/rabbitmq"
+)
+
+// deployment is a queuey deployment on membroker: the work queue "jobs"
+// with six dead letters (three exhausted "email" jobs e-0..e-2, two fatal
+// "charge" jobs c-0, c-1, one malformed body), two ready jobs and one job
+// in a hold queue; and a management API over it.
+type deployment struct {
+	broker *membroker.Broker
+	mgmt   *httptest.Server
+}
+
+func newDeployment(t *testing.T) *deployment {
+	t.Helper()
+	d := &deployment{broker: membroker.New(membroker.Config{Clock: clock.New(), Version: membroker.RabbitMQ40})}
+	conn, err := d.broker.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := t.Context()
+	if err := b.Declare(ctx, queuey.QueueConfig{Name: "jobs"}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	env := func(id, kind string, attempt int) queuey.Envelope {
+		return queuey.Envelope{ID: id, Kind: kind, Queue: "jobs", Payload: json.RawMessage(`{"to":"a@example.com"}`), Attempt: attempt, EnqueuedAt: at}
+	}
+	deadLetter := func(e queuey.Envelope, reason string) {
+		body, err := e.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.DeadLetter(ctx, "jobs", body, reason, e.Attempt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		deadLetter(env(fmt.Sprintf("e-%d", i), "email", 5), queuey.ReasonAttemptsExhausted)
+	}
+	for i := range 2 {
+		deadLetter(env(fmt.Sprintf("c-%d", i), "charge", 1), "fatal: card declined")
+	}
+	if err := b.DeadLetter(ctx, "jobs", []byte("{oops"), queuey.ReasonMalformed, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := b.Publish(ctx, env(fmt.Sprintf("n-%d", i), "email", 1), 0, queuey.HoldRetry); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Publish(ctx, env("h-0", "email", 2), 30*time.Second, queuey.HoldRetry); err != nil {
+		t.Fatal(err)
+	}
+	d.mgmt = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if user, pass, _ := r.BasicAuth(); user != "guest" || pass != "guest" || r.URL.EscapedPath() != "/api/queues/%2F" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		var out []map[string]any
+		for _, q := range d.broker.Queues() {
+			out = append(out, map[string]any{"name": q.Name, "type": q.Type, "messages_ready": q.Ready,
+				"messages_unacknowledged": q.Unacked, "consumers": len(q.Consumers)})
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	}))
+	t.Cleanup(d.mgmt.Close)
+	return d
+}
+
+func (d *deployment) count(t *testing.T, queue string) int {
+	t.Helper()
+	q, ok := d.broker.Queue(queue)
+	if !ok {
+		t.Fatalf("no queue %s", queue)
+	}
+	return q.Ready + q.Unacked
+}
+
+// runCLI runs the command on d with env and stdin; interactive says
+// whether stdin and stderr are a terminal.
+func (d *deployment) runCLI(t *testing.T, env map[string]string, stdin string, interactive bool, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	a := &app{
+		stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut,
+		getenv:      func(k string) string { return env[k] },
+		interactive: interactive,
+		dial: func(_ context.Context, url string) (opener, func() error, error) {
+			if url != "amqp://guest:guest@mem/" {
+				return nil, nil, fmt.Errorf("cannot reach the broker at %s", rabbitmq.Redact(url))
+			}
+			conn, err := d.broker.Dial()
+			if err != nil {
+				return nil, nil, err
+			}
+			return func() (rabbitmq.InspectChannel, error) { return conn.Channel() }, conn.Close, nil
+		},
+	}
+	code = a.run(t.Context(), args)
+	return code, out.String(), errOut.String()
+}
+
+func TestCommands(t *testing.T) {
+	const url = "amqp://guest:guest@mem/"
+	for _, tc := range []struct {
+		name        string
+		args        []string
+		noURL       bool
+		mgmt        bool
+		stdin       string
+		interactive bool
+		code        int
+		stdout      []string // each must appear
+		stderr      []string
+		dead, work  int // the queues' counts after, when dead > -1
+	}{
+		{name: "no command", args: nil, code: 2, stderr: []string{"no command"}, dead: 6, work: 2},
+		{name: "help", args: []string{"--help"}, code: 0, stdout: []string{"queuey dead redrive QUEUE"}, dead: 6, work: 2},
+		{name: "unknown command", args: []string{"top"}, code: 2, stderr: []string{`unknown command "top"`}, dead: 6, work: 2},
+		{name: "no broker", args: []string{"stats", "jobs"}, noURL: true, code: 2, stderr: []string{"set AMQP_URL or pass --url"}, dead: 6, work: 2},
+		{name: "unreachable broker", args: []string{"--url", "amqp://guest:topsecret@nowhere:5672/", "stats", "jobs"}, code: 1,
+			stderr: []string{"cannot reach the broker at amqp://guest:xxxxx@nowhere:5672/"}, dead: 6, work: 2},
+		{name: "flag a command does not take", args: []string{"stats", "jobs", "--yes"}, code: 2, stderr: []string{"stats does not take --yes"}, dead: 6, work: 2},
+		{name: "bad limit", args: []string{"dead", "ls", "jobs", "--limit", "-1"}, code: 2, stderr: []string{"--limit must be"}, dead: 6, work: 2},
+		{name: "bad management URL", args: []string{"stats", "jobs", "--management-url", "localhost:15672"}, code: 2, stderr: []string{"management API URL"}, dead: 6, work: 2},
+
+		{name: "stats", args: []string{"stats", "jobs"}, code: 0,
+			stdout: []string{"QUEUE  READY  UNACKED  CONSUMERS  DEAD  HOLD QUEUES  HELD\njobs   2      -        0          6     -            -", "need the management API"}, dead: 6, work: 2},
+		{name: "stats with the management API", args: []string{"stats", "jobs"}, mgmt: true, code: 0,
+			stdout: []string{"jobs   2      0        0          6     1            1", "jobs.deferred.30000  30s  classic  1"}, dead: 6, work: 2},
+		{name: "stats json", args: []string{"stats", "--json", "jobs"}, mgmt: true, code: 0,
+			stdout: []string{`"dead": 6`, `"ttl_ms": 30000`, `"unacked": 0`}, dead: 6, work: 2},
+		{name: "stats unknown queue", args: []string{"stats", "nope"}, code: 1, stderr: []string{`no such queue: "nope"`, "--dead-suffix"}, dead: 6, work: 2},
+
+		{name: "ls", args: []string{"dead", "ls", "jobs"}, code: 0,
+			stdout: []string{"ID   KIND    ATTEMPT  ENQUEUED              REASON", "e-0  email   5        2026-11-30T09:00:00Z  attempts exhausted", "c-1  charge  1", "fatal: card declined"}, dead: 6, work: 2},
+		{name: "ls malformed", args: []string{"dead", "ls", "jobs", "--malformed"}, code: 0, stdout: []string{"malformed envelope (5 bytes)"}, dead: 6, work: 2},
+		{name: "ls filter", args: []string{"dead", "ls", "--reason", "fatal", "jobs"}, code: 0, stdout: []string{"c-0", "c-1"}, dead: 6, work: 2},
+		{name: "ls limit", args: []string{"dead", "ls", "jobs", "--limit", "2"}, code: 0, stdout: []string{"the first 2"}, dead: 6, work: 2},
+		{name: "ls json", args: []string{"dead", "ls", "jobs", "--kind", "charge", "--json"}, code: 0,
+			stdout: []string{`"id": "c-0"`, `"reason": "fatal: card declined"`, `"envelope": {`}, dead: 6, work: 2},
+		{name: "ls matching nothing", args: []string{"dead", "ls", "jobs", "--kind", "sms"}, code: 1, stderr: []string{`no dead letter of jobs matches --kind "sms"`}, dead: 6, work: 2},
+		{name: "ls unknown queue", args: []string{"dead", "ls", "nope"}, code: 1, stderr: []string{`no such queue: "nope.dead"`}, dead: 6, work: 2},
+
+		{name: "show", args: []string{"dead", "show", "jobs", "c-1"}, code: 0, stdout: []string{"id:          c-1", "reason:      fatal: card declined", `"kind": "charge"`}, dead: 6, work: 2},
+		{name: "show unknown id", args: []string{"dead", "show", "jobs", "zz"}, code: 1, stderr: []string{`has the job ID "zz"`}, dead: 6, work: 2},
+
+		{name: "redrive needs yes", args: []string{"dead", "redrive", "jobs"}, code: 2, stderr: []string{"pass --yes"}, dead: 6, work: 2},
+		{name: "redrive declined", args: []string{"dead", "redrive", "jobs"}, interactive: true, stdin: "n\n", code: 1,
+			stderr: []string{"Redrive 5 dead letters (any) from jobs.dead to jobs, attempts kept? [y/N]", "cancelled"}, dead: 6, work: 2},
+		{name: "redrive confirmed", args: []string{"dead", "redrive", "jobs", "--reason", "exhausted", "--reset-attempts"}, interactive: true, stdin: "y\n", code: 0,
+			stdout: []string{"redrove 3 of 6 dead letters read from jobs.dead to jobs (attempts reset to 1); left in place: 3 not matching"}, dead: 3, work: 5},
+		{name: "redrive yes", args: []string{"dead", "redrive", "jobs", "--yes", "--id", "c-0,e-2"}, code: 0, stdout: []string{"redrove 2 of 6"}, dead: 4, work: 4},
+		{name: "redrive dry run", args: []string{"dead", "redrive", "jobs", "--dry-run", "--malformed"}, code: 0, stdout: []string{"dry run: would redrive 6 of 6"}, dead: 6, work: 2},
+		{name: "redrive json", args: []string{"dead", "redrive", "jobs", "--yes", "--kind", "charge", "--json"}, code: 0,
+			stdout: []string{`"moved": 2`, `"skipped": 4`}, dead: 4, work: 4},
+		{name: "redrive matching nothing", args: []string{"dead", "redrive", "jobs", "--yes", "--reason", "timeout"}, code: 1,
+			stderr: []string{`nothing to redrive: no dead letter of jobs matches --reason "timeout"`}, dead: 6, work: 2},
+
+		{name: "purge needs yes", args: []string{"dead", "purge", "jobs"}, code: 2, stderr: []string{"pass --yes"}, dead: 6, work: 2},
+		{name: "purge declined", args: []string{"dead", "purge", "jobs"}, interactive: true, stdin: "\n", code: 1,
+			stderr: []string{"Delete all 6 dead letters of jobs.dead? This cannot be undone. [y/N]"}, dead: 6, work: 2},
+		{name: "purge", args: []string{"dead", "purge", "jobs", "--yes"}, code: 0, stdout: []string{"purged 6 dead letters from jobs.dead"}, dead: 0, work: 2},
+		{name: "purge a filter", args: []string{"dead", "purge", "jobs", "--yes", "--kind", "x"}, code: 2, stderr: []string{"dead purge does not take --kind"}, dead: 6, work: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDeployment(t)
+			env := map[string]string{"AMQP_URL": url}
+			if tc.noURL {
+				env = nil
+			}
+			if tc.mgmt {
+				env["RABBITMQ_MANAGEMENT_URL"] = d.mgmt.URL
+			}
+			code, stdout, stderr := d.runCLI(t, env, tc.stdin, tc.interactive, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, stdout, stderr)
+			}
+			for _, s := range tc.stdout {
+				if !strings.Contains(stdout, s) {
+					t.Errorf("stdout lacks %q:\n%s", s, stdout)
+				}
+			}
+			for _, s := range tc.stderr {
+				if !strings.Contains(stderr, s) {
+					t.Errorf("stderr lacks %q:\n%s", s, stderr)
+				}
+			}
+			if strings.Contains(stdout+stderr, "topsecret") {
+				t.Errorf("a password was printed:\n%s%s", stdout, stderr)
+			}
+			if got, want := [2]int{d.count(t, "jobs.dead"), d.count(t, "jobs")}, [2]int{tc.dead, tc.work}; got != want {
+				t.Errorf("after: %d dead, %d in jobs; want %d, %d", got[0], got[1], want[0], want[1])
+			}
+		})
+	}
+}
+
+// A redriven job keeps its envelope: same ID, kind and payload, attempts
+// as asked.
+func TestRedrivenJobIsTheSameJob(t *testing.T) {
+	d := newDeployment(t)
+	env := map[string]string{"AMQP_URL": "amqp://guest:guest@mem/"}
+	if code, _, stderr := d.runCLI(t, env, "", false, "dead", "redrive", "jobs", "--yes", "--id", "e-1", "--reset-attempts"); code != 0 {
+		t.Fatal(stderr)
+	}
+	conn, err := d.broker.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []queuey.Envelope
+	for {
+		m, ok, err := ch.Get("jobs", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		e, err := queuey.DecodeEnvelope(m.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}
+	last := got[len(got)-1]
+	if len(got) != 3 || last.ID != "e-1" || last.Kind != "email" || last.Attempt != 1 || string(last.Payload) != `{"to":"a@example.com"}` {
+		t.Fatalf("work queue holds %+v; want n-0, n-1, then e-1 at attempt 1 with its payload", got)
+	}
+}
