@@ -22,6 +22,9 @@ type ProducerConfig struct {
 	Clock clock.Clock
 	// NewID returns a fresh job ID. Defaults to 16 random bytes in hex.
 	NewID func() string
+	// Observer, if set, is told of every enqueue, for metrics and traces
+	// (package queueyotel). Defaults to nil: nothing is observed.
+	Observer Observer
 }
 
 func (c ProducerConfig) withDefaults() ProducerConfig {
@@ -148,7 +151,15 @@ func (p *Producer) publish(ctx context.Context, args JobArgs, delay time.Duratio
 		Version: EnvelopeVersion, ID: p.cfg.NewID(), Kind: args.Kind(), Queue: queue,
 		Payload: payload, Attempt: 1, Priority: priority, EnqueuedAt: p.cfg.Clock.Now().UTC(),
 	}
-	if err := p.backend.Publish(ctx, env, delay, HoldDeferred); err != nil {
+	var observed func(error)
+	if p.cfg.Observer != nil {
+		observed = p.cfg.Observer.Enqueue(ctx, &env)
+	}
+	err = p.backend.Publish(ctx, env, delay, HoldDeferred)
+	if observed != nil {
+		observed(err)
+	}
+	if err != nil {
 		if errors.Is(err, ErrMaybeEnqueued) {
 			return env.ID, err
 		}

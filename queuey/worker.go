@@ -39,6 +39,11 @@ type WorkerConfig struct {
 	// Rand draws the uniform numbers in [0, 1) for retry jitter. Defaults
 	// to math/rand/v2's Float64.
 	Rand func() float64
+	// Observer, if set, is told of every handler run and its outcome, and
+	// of malformed bodies, for metrics and traces (package queueyotel); the
+	// worker then stamps each retry and deferral with when it is due
+	// (ExtDueAt). Defaults to nil: nothing is observed or stamped.
+	Observer Observer
 	// Middleware wraps every handler run, the first the outermost: for
 	// logging, metrics, timeouts, or changing what a result means. See
 	// Middleware. None by default.
@@ -444,13 +449,29 @@ func (s *shell) handle(a *coreAction) {
 	s.w.mu.Lock()
 	h, ok := s.w.handlers[env.Kind]
 	s.w.mu.Unlock()
+	obs := s.w.cfg.Observer
+	ctx := s.ctx
+	var observed func(RunOutcome)
+	var started time.Time
+	if obs != nil {
+		started = s.w.cfg.Clock.Now()
+		ctx, observed = obs.Run(ctx, RunInfo{Job: jobContext(env, a.Msg.Priority()), Ext: env.Ext,
+			Redelivered: a.Msg.Redelivered(), Started: started, DueAt: dueAt(env.Ext)})
+	}
 	var result error
 	if !ok {
 		result = &UnknownKindError{Kind: env.Kind}
 	} else {
-		result = s.w.runHandler(s.ctx, h, env, a.Msg.Priority())
+		result = s.w.runHandler(ctx, h, env, a.Msg.Priority())
 	}
 	dec, publish := s.core.Decide(a.Queue, env, result, s.w.draw())
+	if obs != nil {
+		now := s.w.cfg.Clock.Now()
+		if dec.Action == ActionRetry || dec.Action == ActionDefer {
+			dec.Successor = stampDue(dec.Successor, now.Add(dec.Delay))
+		}
+		observed(RunOutcome{Result: result, Action: dec.Action, Reason: dec.Reason, Delay: dec.Delay, Duration: now.Sub(started)})
+	}
 	var buf [2]coreAction
 	s.mu.Lock()
 	acts := s.core.HandlerDecided(buf[:0], a.ID, dec, publish)
@@ -466,6 +487,9 @@ func (s *shell) publish(a *coreAction) {
 	if a.Malformed {
 		s.w.cfg.Logger.ErrorContext(s.ctx, "queuey: malformed envelope: dead-lettering it verbatim",
 			slog.String("queue", q.Name), slog.String("error", a.Err.Error()))
+		if obs := s.w.cfg.Observer; obs != nil {
+			obs.Malformed(s.ctx, q.Name)
+		}
 		err = PublishMalformed(s.ctx, s.w.backend, q, a.Msg.Body())
 	} else {
 		s.w.logDecision(s.ctx, q, a.Job, a.Decision)
@@ -505,14 +529,19 @@ func (w *Worker) runHandler(ctx context.Context, h erasedHandler, env Envelope, 
 			result = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	jc := JobContext{
-		ID: env.ID, Kind: env.Kind, Queue: env.Queue, Attempt: env.Attempt,
-		Deferrals: env.Deferrals, Priority: priority, EnqueuedAt: env.EnqueuedAt,
-	}
+	jc := jobContext(env, priority)
 	if len(w.cfg.Middleware) == 0 {
 		return h.run(ctx, env.Payload, jc)
 	}
 	return w.runWrapped(ctx, h, env.Payload, jc)
+}
+
+// jobContext is what a handler run knows of its job.
+func jobContext(env Envelope, priority uint8) JobContext {
+	return JobContext{
+		ID: env.ID, Kind: env.Kind, Queue: env.Queue, Attempt: env.Attempt,
+		Deferrals: env.Deferrals, Priority: priority, EnqueuedAt: env.EnqueuedAt,
+	}
 }
 
 // runWrapped runs h inside the middleware. It is apart from runHandler

@@ -12,7 +12,10 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/queuey/queueyotel"
 	amqp "github.com/rabbitmq/amqp091-go"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // BenchmarkConsume measures worker throughput for no-op jobs at prefetch 1,
@@ -28,6 +31,9 @@ import (
 //	             that returns nil; the timer stops at the b.N-th handler
 //	             call. The worker must have acknowledged every job: once it
 //	             has stopped, the queue must be empty.
+//	impl=queuey+otel  the same with queueyotel's Observer on OpenTelemetry's
+//	             SDK (every span sampled, no exporter): the cost of
+//	             metrics and traces.
 //	impl=raw     the reference: a channel with Qos(prefetch, 0, false),
 //	             Consume, and for d := range deliveries { d.Ack(false) }
 //	             until b.N acks. The same code runs on a live channel
@@ -101,6 +107,7 @@ func benchConsume(b *testing.B, dial consumeDial) {
 		consume func(b *testing.B, channels func() (Channel, error), queues []queuey.QueueConfig)
 	}{
 		{"queuey", consumeWithWorker},
+		{"queuey+otel", consumeWithObservedWorker},
 		{"raw", consumeRaw},
 	}
 	for _, impl := range impls {
@@ -172,12 +179,30 @@ func consumeSetup(b *testing.B, dial consumeDial, prefetch int) ([]queuey.QueueC
 // consumeWithWorker runs a Worker with a no-op handler until it has been
 // called b.N times, then stops it.
 func consumeWithWorker(b *testing.B, channels func() (Channel, error), queues []queuey.QueueConfig) {
+	consumeWith(b, channels, queues, queuey.WorkerConfig{})
+}
+
+// consumeWithObservedWorker is consumeWithWorker with queueyotel's
+// Observer on OpenTelemetry's SDK: a meter provider with a manual reader
+// and a tracer provider that samples every span, with no exporter.
+func consumeWithObservedWorker(b *testing.B, channels func() (Channel, error), queues []queuey.QueueConfig) {
+	obs, err := queueyotel.New(queueyotel.Config{
+		MeterProvider:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())),
+		TracerProvider: sdktrace.NewTracerProvider(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	consumeWith(b, channels, queues, queuey.WorkerConfig{Observer: obs})
+}
+
+func consumeWith(b *testing.B, channels func() (Channel, error), queues []queuey.QueueConfig, cfg queuey.WorkerConfig) {
 	backend, err := New(channels, Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = backend.Close() })
-	w, err := queuey.NewWorker(context.Background(), backend, queues, queuey.WorkerConfig{})
+	w, err := queuey.NewWorker(context.Background(), backend, queues, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -56,6 +56,8 @@ type Options struct {
 	Version membroker.Version
 	// Topology overrides the backend's suffixes and granularities.
 	Topology rabbitmq.Topology
+	// Producer configures the producer; its Clock is always the harness's.
+	Producer queuey.ProducerConfig
 	// Worker configures the worker; its Clock is always the harness's.
 	Worker queuey.WorkerConfig
 }
@@ -105,7 +107,9 @@ func newHarness(t TB, opts Options, clk clock.Clock, queues []queuey.QueueConfig
 	}
 	t.Cleanup(func() { _ = backend.Close() })
 	ctx := context.Background()
-	producer, err := queuey.NewProducer(ctx, backend, append([]queuey.QueueConfig(nil), queues...), queuey.ProducerConfig{Clock: clk})
+	pcfg := opts.Producer
+	pcfg.Clock = clk
+	producer, err := queuey.NewProducer(ctx, backend, append([]queuey.QueueConfig(nil), queues...), pcfg)
 	if err != nil {
 		t.Fatalf("queueytest: producer: %v", err)
 	}
