@@ -802,7 +802,7 @@ func (m *machine) publish(t rapid.TB, w *worker, j *job, o outcome, delay time.D
 		}
 		j.deferrals++
 		j.priority = m.qcfg.TopPriority()
-		ttl := holdTTL(dec.Hold(), m.cfg.DeferredG)
+		ttl := holdTTL(workerrules.Hold(dec), m.cfg.DeferredG)
 		m.expect(j, destination(ttl), ttl)
 	case fatal:
 		if dec.Action != queuey.ActionDeadLetter || dec.Reason != "fatal: bad input" || dec.Successor.Attempt != j.attempt {
@@ -827,7 +827,7 @@ func (m *machine) publish(t rapid.TB, w *worker, j *job, o outcome, delay time.D
 		*j = saved
 		return
 	default:
-		err = queuey.PublishSuccessor(ctx, m.settlement(w), m.qcfg, dec)
+		err = workerrules.PublishSuccessor(ctx, m.settlement(w), m.qcfg, dec)
 		if m.squat[j.dest] {
 			// The hold is refused: the job stays in hand, unacknowledged,
 			// until the core requeues it.

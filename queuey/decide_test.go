@@ -27,46 +27,46 @@ func TestDecide(t *testing.T) {
 		env    Envelope
 		result error
 		q      QueueConfig
-		want   Decision
+		want   decision
 	}{
-		{"success acks", job(1, 0, 0), nil, classic, Decision{Action: ActionAck}},
+		{"success acks", job(1, 0, 0), nil, classic, decision{Action: ActionAck}},
 		{"defer spends no attempt and goes to the top", job(2, 1, 0), Defer(30*time.Second, "rate limited"), classic,
-			Decision{Action: ActionDefer, Successor: job(2, 2, 10), Delay: 30 * time.Second, Reason: "rate limited"}},
+			decision{Action: ActionDefer, Successor: job(2, 2, 10), Delay: 30 * time.Second, Reason: "rate limited"}},
 		{"defer on the last attempt still defers", job(3, 0, 0), Defer(time.Second, "429"), classic,
-			Decision{Action: ActionDefer, Successor: job(3, 1, 10), Delay: time.Second, Reason: "429"}},
+			decision{Action: ActionDefer, Successor: job(3, 1, 10), Delay: time.Second, Reason: "429"}},
 		{"no built-in cap on deferrals", job(1, 1000, 0), Defer(time.Second, "still 429"), classic,
-			Decision{Action: ActionDefer, Successor: job(1, 1001, 10), Delay: time.Second, Reason: "still 429"}},
+			decision{Action: ActionDefer, Successor: job(1, 1001, 10), Delay: time.Second, Reason: "still 429"}},
 		{"wrapped defer", job(1, 0, 0), fmt.Errorf("calling api: %w", Defer(time.Second, "429")), classic,
-			Decision{Action: ActionDefer, Successor: job(1, 1, 10), Delay: time.Second, Reason: "429"}},
+			decision{Action: ActionDefer, Successor: job(1, 1, 10), Delay: time.Second, Reason: "429"}},
 		{"defer on a plain queue comes back FIFO", job(1, 0, 0), Defer(time.Second, ""), plain,
-			Decision{Action: ActionDefer, Successor: job(1, 1, 0), Delay: time.Second}},
+			decision{Action: ActionDefer, Successor: job(1, 1, 0), Delay: time.Second}},
 		{"defer on a quorum queue goes to the high tier", job(1, 0, 0), Defer(time.Second, ""), quorum,
-			Decision{Action: ActionDefer, Successor: job(1, 1, 10), Delay: time.Second}},
+			decision{Action: ActionDefer, Successor: job(1, 1, 10), Delay: time.Second}},
 		{"negative defer publishes now", job(1, 0, 0), Defer(-time.Second, ""), classic,
-			Decision{Action: ActionDefer, Successor: job(1, 1, 10), Delay: 0}},
+			decision{Action: ActionDefer, Successor: job(1, 1, 10), Delay: 0}},
 		{"error retries with backoff at priority 0", job(1, 1, 10), boom, classic,
-			Decision{Action: ActionRetry, Successor: job(2, 1, 0), Delay: time.Second}},
+			decision{Action: ActionRetry, Successor: job(2, 1, 0), Delay: time.Second}},
 		{"second retry doubles", job(2, 0, 0), boom, classic,
-			Decision{Action: ActionRetry, Successor: job(3, 0, 0), Delay: 2 * time.Second}},
+			decision{Action: ActionRetry, Successor: job(3, 0, 0), Delay: 2 * time.Second}},
 		{"panic retries", job(1, 0, 0), &PanicError{Value: "nil map"}, classic,
-			Decision{Action: ActionRetry, Successor: job(2, 0, 0), Delay: time.Second}},
+			decision{Action: ActionRetry, Successor: job(2, 0, 0), Delay: time.Second}},
 		{"last attempt failing dead-letters", job(3, 4, 10), boom, classic,
-			Decision{Action: ActionDeadLetter, Successor: job(3, 4, 0), Reason: ReasonAttemptsExhausted}},
+			decision{Action: ActionDeadLetter, Successor: job(3, 4, 0), Reason: ReasonAttemptsExhausted}},
 		{"fatal dead-letters at once", job(1, 0, 0), Fatal(boom), classic,
-			Decision{Action: ActionDeadLetter, Successor: job(1, 0, 0), Reason: "fatal: boom"}},
+			decision{Action: ActionDeadLetter, Successor: job(1, 0, 0), Reason: "fatal: boom"}},
 		{"wrapped fatal", job(1, 0, 0), fmt.Errorf("charge: %w", Fatal(errors.New("card declined"))), classic,
-			Decision{Action: ActionDeadLetter, Successor: job(1, 0, 0), Reason: "fatal: card declined"}},
+			decision{Action: ActionDeadLetter, Successor: job(1, 0, 0), Reason: "fatal: card declined"}},
 		{"unknown kind dead-letters, never retries", job(1, 0, 0), &UnknownKindError{Kind: "nope"}, classic,
-			Decision{Action: ActionDeadLetter, Successor: job(1, 0, 0), Reason: ReasonUnknownKind}},
+			decision{Action: ActionDeadLetter, Successor: job(1, 0, 0), Reason: ReasonUnknownKind}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Decide(tc.env, tc.result, tc.q, 0.5)
-			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(Decision{}, "Err")); diff != "" {
+			got := decide(tc.env, tc.result, tc.q, 0.5)
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(decision{}, "Err")); diff != "" {
 				t.Fatalf("Decide (-want +got):\n%s", diff)
 			}
 			if tc.result != nil && !errors.Is(got.Err, tc.result) {
-				t.Fatalf("Decision.Err = %v, want the handler's error %v", got.Err, tc.result)
+				t.Fatalf("decision.Err = %v, want the handler's error %v", got.Err, tc.result)
 			}
 		})
 	}
@@ -78,7 +78,7 @@ func TestDecideUsesTheJitterDraw(t *testing.T) {
 	q := QueueConfig{Name: "jobs", Retry: RetryPolicy{Base: 10 * time.Second, Cap: time.Hour, MaxAttempts: 5}}
 	env := Envelope{Attempt: 2}
 	for _, u := range []float64{0, 0.25, 0.999} {
-		got := Decide(env, errors.New("x"), q, u)
+		got := decide(env, errors.New("x"), q, u)
 		if want := q.WithDefaults().Retry.Delay(3, u); got.Delay != want {
 			t.Errorf("u=%v: delay %s, want %s", u, got.Delay, want)
 		}
@@ -118,17 +118,17 @@ func TestQueueConfig(t *testing.T) {
 // A deferral always waits in a hold queue; a retry's hold is its delay.
 func TestDecisionHold(t *testing.T) {
 	for _, tc := range []struct {
-		dec  Decision
+		dec  decision
 		want time.Duration
 	}{
-		{Decision{Action: ActionDefer, Delay: 0}, time.Nanosecond},
-		{Decision{Action: ActionDefer, Delay: -time.Second}, time.Nanosecond},
-		{Decision{Action: ActionDefer, Delay: 30 * time.Second}, 30 * time.Second},
-		{Decision{Action: ActionRetry, Delay: 0}, 0},
-		{Decision{Action: ActionRetry, Delay: time.Second}, time.Second},
-		{Decision{Action: ActionAck}, 0},
+		{decision{Action: ActionDefer, Delay: 0}, time.Nanosecond},
+		{decision{Action: ActionDefer, Delay: -time.Second}, time.Nanosecond},
+		{decision{Action: ActionDefer, Delay: 30 * time.Second}, 30 * time.Second},
+		{decision{Action: ActionRetry, Delay: 0}, 0},
+		{decision{Action: ActionRetry, Delay: time.Second}, time.Second},
+		{decision{Action: ActionAck}, 0},
 	} {
-		if got := tc.dec.Hold(); got != tc.want {
+		if got := hold(tc.dec); got != tc.want {
 			t.Errorf("%s with delay %s: Hold() = %s, want %s", tc.dec.Action, tc.dec.Delay, got, tc.want)
 		}
 	}

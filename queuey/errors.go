@@ -47,7 +47,7 @@ type DeferError struct {
 // Defer returns a *DeferError: run this job again after delay, for reason.
 // It is what a 429 Too Many Requests with a Retry-After calls for. A delay
 // of zero or less waits the shortest hold, one deferred granule (see
-// Decision.Hold), so a handler that defers every time cannot spin. There is
+// the worker's hold), so a handler that defers every time cannot spin. There is
 // no built-in cap on how often a job defers; a handler that needs one checks
 // the job's deferral count itself.
 func Defer(delay time.Duration, reason string) error {

@@ -52,8 +52,8 @@ type WorkerConfig struct {
 
 // Middleware wraps the run of a job's handler. It is called with the job's
 // context and description, and next, which runs the rest: the middleware
-// after it, then the handler. It returns the job's result, which Decide
-// turns into an acknowledgement, a retry, a deferral or a dead letter, as
+// after it, then the handler. It returns the job's result, which the
+// worker turns into an acknowledgement, a retry, a deferral or a dead letter, as
 // for a handler's. It may call next at most once, with a context derived
 // from ctx, or not at all.
 //
@@ -190,7 +190,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	s := &shell{w: w, ctx: handlerCtx, timers: map[workercore.ID]*clock.Timer{},
-		core: workercore.New[Delivery](workercore.Rules[Envelope, Decision](workerRules(w.queues)),
+		core: workercore.New[Delivery](workercore.Rules[Envelope, decision](workerRules(w.queues)),
 			workercore.Config{RequeueDelay: w.cfg.RequeueDelay})}
 	// Each subscription's channels are generations of their own in the
 	// core (subGen): one is lost on its own when the broker ends it.
@@ -302,12 +302,12 @@ type workerRules []QueueConfig
 
 func (workerRules) Decode(_ int, body []byte) (Envelope, error) { return DecodeEnvelope(body) }
 
-func (r workerRules) Decide(q int, env Envelope, result error, u float64) (Decision, bool) {
-	dec := Decide(env, result, r[q], u)
+func (r workerRules) Decide(q int, env Envelope, result error, u float64) (decision, bool) {
+	dec := decide(env, result, r[q], u)
 	return dec, dec.Action != ActionAck
 }
 
-type coreAction = workercore.Action[Delivery, Envelope, Decision]
+type coreAction = workercore.Action[Delivery, Envelope, decision]
 
 // resumer is a Consumer that survives its connection dropping, as the
 // consumers of a supervised rabbitmq backend do: Lost yields the number of
@@ -335,7 +335,7 @@ type shell struct {
 	w      *Worker
 	ctx    context.Context // handlers' and publishes': cancelled when StopTimeout runs out
 	mu     sync.Mutex
-	core   *workercore.Core[Delivery, Envelope, Decision]
+	core   *workercore.Core[Delivery, Envelope, decision]
 	timers map[workercore.ID]*clock.Timer
 }
 
@@ -490,10 +490,10 @@ func (s *shell) publish(a *coreAction) {
 		if obs := s.w.cfg.Observer; obs != nil {
 			obs.Malformed(s.ctx, q.Name)
 		}
-		err = PublishMalformed(s.ctx, s.w.backend, q, a.Msg.Body())
+		err = publishMalformed(s.ctx, s.w.backend, q, a.Msg.Body())
 	} else {
 		s.w.logDecision(s.ctx, q, a.Job, a.Decision)
-		err = PublishSuccessor(s.ctx, s.w.backend, q, a.Decision)
+		err = publishSuccessor(s.ctx, s.w.backend, q, a.Decision)
 	}
 	var buf [2]coreAction
 	s.mu.Lock()
@@ -504,7 +504,7 @@ func (s *shell) publish(a *coreAction) {
 
 // logDecision logs a job that was not simply acknowledged. Built only off
 // the hot path: an acknowledged job logs nothing.
-func (w *Worker) logDecision(ctx context.Context, q QueueConfig, env Envelope, dec Decision) {
+func (w *Worker) logDecision(ctx context.Context, q QueueConfig, env Envelope, dec decision) {
 	log := w.cfg.Logger
 	attrs := []any{slog.String("job_id", env.ID), slog.String("queue", q.Name), slog.String("kind", env.Kind),
 		slog.Int("attempt", env.Attempt), slog.Int("deferrals", env.Deferrals)}

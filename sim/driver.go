@@ -223,7 +223,7 @@ func (r *runner) publish(w *worker, a *simAction) {
 		ttl, _ := r.top.RetryTTL(dec.Delay)
 		cur.ttl = time.Duration(ttl) * time.Millisecond
 	case queuey.ActionDefer:
-		ttl, _ := r.top.DeferredTTL(dec.Hold())
+		ttl, _ := r.top.DeferredTTL(workerrules.Hold(dec))
 		cur.ttl = time.Duration(ttl) * time.Millisecond
 	}
 	if cur.ttl > 0 && !r.s.Legacy {
@@ -261,9 +261,9 @@ func (r *runner) publish(w *worker, a *simAction) {
 	r.exec(w, w.core.Published(buf[:0], a.ID, err))
 }
 
-// publishSuccessor is queuey.PublishSuccessor, with the deliberate bug
+// publishSuccessor is workerrules.PublishSuccessor, with the deliberate bug
 // Options.mutate asks for in tests.
-func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec queuey.Decision) error {
+func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec workerrules.Decision) error {
 	switch m := r.opts.mutate; {
 	case m == mutEarly && dec.Delay > 0:
 		dec.Delay /= 4
@@ -276,13 +276,13 @@ func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec queuey.Dec
 	case m == mutWrongReason && dec.Action == queuey.ActionDeadLetter:
 		dec.Reason = "a reason nobody decided"
 	}
-	return queuey.PublishSuccessor(r.bg, sub.back, q.cfg, dec)
+	return workerrules.PublishSuccessor(r.bg, sub.back, q.cfg, dec)
 }
 
 // publishMalformed dead-letters a body that is not an envelope, verbatim.
 func (r *runner) publishMalformed(w *worker, a *simAction) {
 	d := a.Msg
-	err := queuey.PublishMalformed(r.bg, d.sub.back, w.q.cfg, d.Body())
+	err := workerrules.PublishMalformed(r.bg, d.sub.back, w.q.cfg, d.Body())
 	if err != nil {
 		r.emit(Event{Kind: EvSettleFailed, Queue: w.q.spec.Name, Worker: w.idx, Detail: "malformed: " + settleFailure(err)})
 	}

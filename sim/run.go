@@ -280,7 +280,7 @@ type oracle struct {
 // settling is a settlement in progress.
 type settling struct {
 	j      *job
-	dec    queuey.Decision
+	dec    workerrules.Decision
 	ttl    time.Duration // the hold's rounded TTL
 	issued time.Duration
 }
