@@ -341,7 +341,7 @@ func (m *machine) effective(p uint8) uint8 {
 
 // holdTTL rounds delay up to a whole multiple of granularity (at least a
 // millisecond) and then to whole milliseconds: the model's own rounding,
-// written from the documentation of rabbitmq.HoldTTL.
+// written from the documentation of the rounding (rabbitmq.Topology.RetryTTL).
 func holdTTL(delay, granularity time.Duration) time.Duration {
 	if delay <= 0 {
 		return 0

@@ -749,7 +749,7 @@ func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (str
 				"declared by a process running an older queuey, whose rule loses jobs at small TTLs; this build declares %d ms. "+
 				"Upgrade every process that holds jobs for %q (the old hold queue then expires on its own once idle) or delete %q while it is empty "+
 				"(see \"Hold-queue expiry\" in the rabbitmq package documentation): %w",
-				name, queue, 2*ttl, HoldExpires(ttl), queue, name, err)
+				name, queue, 2*ttl, holdExpires(ttl), queue, name, err)
 		}
 		return "", fmt.Errorf("rabbitmq: declare hold queue %q of queue %q: %w", name, queue, err)
 	}
@@ -761,7 +761,7 @@ func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (str
 
 // declaredByOlderBuild reports whether err is RabbitMQ refusing the
 // declaration of a hold queue for ttl ms because it exists with the x-expires
-// older queuey builds gave it, 2 × TTL (HoldExpires differs from that only
+// older queuey builds gave it, 2 × TTL (holdExpires differs from that only
 // under a minute).
 func declaredByOlderBuild(err error, ttl int64) bool {
 	old := strconv.FormatInt(2*ttl, 10)

@@ -203,8 +203,8 @@ func TestLiveHolds(t *testing.T) {
 	if err := r.b.Publish(t.Context(), testJob(q, "short", 10), 999*time.Millisecond, queuey.HoldDeferred); err != nil {
 		t.Fatal(err)
 	}
-	r.sameArgs(q+".deferred.1000", HoldQueueArgs(q, 1000))
-	r.sameArgs(q+".deferred.60000", HoldQueueArgs(q, 60000))
+	r.sameArgs(q+".deferred.1000", holdQueueArgs(q, 1000))
+	r.sameArgs(q+".deferred.60000", holdQueueArgs(q, 60000))
 
 	c, err := r.b.Consume(t.Context(), q, 1)
 	if err != nil {
@@ -283,7 +283,7 @@ func TestLiveHoldQueueOfAnOlderBuildIsExplained(t *testing.T) {
 	if err := r.b.Declare(t.Context(), queuey.QueueConfig{Name: q}); err != nil {
 		t.Fatal(err)
 	}
-	old := HoldQueueArgs(q, 1000)
+	old := holdQueueArgs(q, 1000)
 	old["x-expires"] = int64(2000)
 	if _, err := r.adminChannel().QueueDeclare(q+".deferred.1000", true, false, false, false, old); err != nil {
 		t.Fatal(err)

@@ -393,7 +393,7 @@ func TestRetryHoldWaitsInHoldQueueAndReturnsAfterTTL(t *testing.T) {
 		t.Fatalf("no hold queue jobs.deferred.2000: %+v", r.broker.Queues())
 	}
 	want := membroker.QueueInfo{Name: "jobs.deferred.2000", Type: "classic", Durable: true,
-		Arguments: HoldQueueArgs("jobs", 2000), Ready: 1, Consumers: []string{}}
+		Arguments: holdQueueArgs("jobs", 2000), Ready: 1, Consumers: []string{}}
 	if diff := cmp.Diff(want, hold); diff != "" {
 		t.Fatalf("hold queue (-want +got):\n%s", diff)
 	}
@@ -481,7 +481,7 @@ func TestQuorumHoldsWaitInQuorumQueues(t *testing.T) {
 			if q.Type != "quorum" || !q.Durable {
 				t.Fatalf("hold queue %+v; want a durable quorum queue", q)
 			}
-			if diff := cmp.Diff(QuorumHoldQueueArgs("jobs", 2000), q.Arguments); diff != "" {
+			if diff := cmp.Diff(quorumHoldQueueArgs("jobs", 2000), q.Arguments); diff != "" {
 				t.Fatalf("hold queue arguments (-want +got):\n%s", diff)
 			}
 			if _, ok := q.Arguments["x-expires"]; ok {
@@ -542,10 +542,10 @@ func TestHoldQueueDeclaredBeforeEveryPublish(t *testing.T) {
 	if r.ready("jobs.deferred.1000") != 1 {
 		t.Fatal("the hold queue was not declared again")
 	}
-	// Expired after its lease, TTL + HoldExpiryMargin from the last
+	// Expired after its lease, TTL + holdExpiryMargin from the last
 	// declaration: declared again as well.
 	r.clk.Add(time.Second) // j2 goes back to jobs
-	r.clk.Add(HoldExpiryMargin - time.Millisecond)
+	r.clk.Add(holdExpiryMargin - time.Millisecond)
 	if r.ready("jobs.deferred.1000") != 0 {
 		t.Fatal("hold queue expired before its lease ended")
 	}
@@ -587,7 +587,7 @@ func TestRefusedHoldDeclarationDoesNotDisableLaterHolds(t *testing.T) {
 func TestHoldQueueOfAnOlderBuildIsExplained(t *testing.T) {
 	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
 	r.declare(queuey.QueueConfig{Name: "jobs"})
-	old := HoldQueueArgs("jobs", 1000)
+	old := holdQueueArgs("jobs", 1000)
 	old["x-expires"] = int64(2000)
 	if _, err := r.raw.QueueDeclare("jobs.deferred.1000", true, false, false, false, old); err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@
 // A hold queue is declared immediately before every publish into it, never
 // cached, with arguments that are a pure function of its name: an explicit
 // classic type, x-message-ttl = TTL, x-expires = TTL + max(TTL, 60 s) (see
-// HoldExpires), and dead-lettering to q on the default exchange. An idle
+// holdExpires), and dead-lettering to q on the default exchange. An idle
 // hold queue therefore deletes itself, and two processes running the same
 // rule always agree on its arguments (a configurable x-expires would let
 // them disagree and have every publish refused). Delays are rounded up,
@@ -34,7 +34,7 @@
 // With Topology.HoldType queuey.Quorum, for a cluster, hold queues are
 // instead quorum queues named q + ".deferred.quorum." + TTL, releasing their
 // jobs with at-least-once dead-lettering and never deleted by the broker,
-// and q + ".dead" is a quorum queue too (QuorumHoldQueueArgs;
+// and q + ".dead" is a quorum queue too (quorumHoldQueueArgs;
 // docs/quorum-holds.md).
 //
 // # Hold-queue expiry
@@ -47,7 +47,7 @@
 // So x-expires − TTL must cover the broker's latency and timer slack. The
 // original design's 2 × TTL left one TTL of margin, and at a 1 ms TTL a
 // live RabbitMQ 4.0.5 under load lost 15 to 41% of confirmed jobs. queuey now
-// leaves at least a minute (HoldExpiryMargin); from a TTL of a minute up
+// leaves at least a minute (holdExpiryMargin); from a TTL of a minute up
 // the rule is 2 × TTL as before. An idle hold queue now lives up to TTL +
 // 60 s after its last declaration.
 //

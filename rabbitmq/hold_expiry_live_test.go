@@ -1,7 +1,7 @@
 package rabbitmq
 
 // Live measurements of hold queues against the broker at AMQP_URL, for the
-// x-expires of HoldExpires: a hold queue is deleted, with the messages in
+// x-expires of holdExpires: a hold queue is deleted, with the messages in
 // it, once nothing has declared it for x-expires, and publishing does not
 // renew that lease. Each test works on fresh queues (through liveRig,
 // which deletes them at the end, hold queues included) and skips with a
@@ -90,7 +90,7 @@ func (p *holdProbe) channel() *amqp.Channel {
 	return ch
 }
 
-// hold declares the work queue's hold queue for ttl ms with HoldQueueArgs,
+// hold declares the work queue's hold queue for ttl ms with holdQueueArgs,
 // then publishes one persistent, mandatory message with id as MessageId
 // into it and waits for its confirm. It returns when the publish was sent
 // and how long the declaration (declare to declare-ok) and the publish
@@ -101,7 +101,7 @@ func (p *holdProbe) hold(ttl int64, id string) (sent time.Time, declare, confirm
 	p.t.Helper()
 	name := p.r.b.Topology().HoldQueue(p.work, ttl)
 	start := time.Now()
-	if _, err := p.decl.QueueDeclare(name, true, false, false, false, HoldQueueArgs(p.work, ttl)); err != nil {
+	if _, err := p.decl.QueueDeclare(name, true, false, false, false, holdQueueArgs(p.work, ttl)); err != nil {
 		p.t.Fatalf("%s: declare %s: %v", id, name, err)
 	}
 	sent = time.Now()
@@ -175,7 +175,7 @@ func (p *holdProbe) arrival(id string) (time.Time, bool) {
 // TestLiveHoldQueueProbeLosesNothingAtOneMillisecond is the probe that
 // found the loss: 500 rounds of declaring W.deferred.1 and publishing one
 // confirmed message into it, TTL/2 apart. With x-expires = 2 × TTL a few
-// of them were deleted with their hold queue; with HoldExpires every one
+// of them were deleted with their hold queue; with holdExpires every one
 // reaches W.
 func TestLiveHoldQueueProbeLosesNothingAtOneMillisecond(t *testing.T) {
 	const rounds, ttl = 500, 1

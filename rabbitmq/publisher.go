@@ -15,12 +15,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// PublishIDHeader is the header the Publisher adds to every message it
+// publishIDHeader is the header the Publisher adds to every message it
 // publishes: the publish's confirm sequence number on its channel, in
 // decimal. A basic.return carries no sequence number, so this is how a
 // returned message is matched to the publish waiting for it. Consumers see
 // it too; it is unique per publishing channel, not globally.
-const PublishIDHeader = "x-queuey-publish-id"
+const publishIDHeader = "x-queuey-publish-id"
 
 // Buffer sizes of the Publisher's confirm and return listeners. The
 // Publish calls waiting for their confirms drain both, so they only absorb bursts; they
@@ -80,7 +80,7 @@ func (e *ReturnError) Is(target error) bool { return target == ErrReturned }
 // confirm, so concurrent Publish calls have many messages in flight on the
 // one channel. The waiting calls take turns at dispatching: one at a time
 // reads the confirms and returns, matching confirms to publishes by
-// sequence number and returns by the PublishIDHeader each message carries,
+// sequence number and returns by the publishIDHeader each message carries,
 // until its own outcome is known. No goroutine stands between the client
 // library and the callers, so a confirm that is already there (as on
 // membroker) completes its publish without a thread handoff.
@@ -178,7 +178,7 @@ func NewPublisher(ch Channel, logger *slog.Logger) (*Publisher, error) {
 // came (nacked, or the channel closed while Publish waited), the error
 // also matches queuey.ErrMaybeEnqueued: the message may have been enqueued.
 //
-// msg's headers are copied, with PublishIDHeader added; the caller's table
+// msg's headers are copied, with publishIDHeader added; the caller's table
 // is not modified.
 //
 // If ctx is done before the message is written, Publish returns ctx.Err()
@@ -224,7 +224,7 @@ func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 		maps.Copy(headers, msg.Headers)
 		p.extraHeaders = len(msg.Headers) > 0
 	}
-	headers[PublishIDHeader] = strconv.FormatUint(seq, 10)
+	headers[publishIDHeader] = strconv.FormatUint(seq, 10)
 	msg.Headers = headers
 	if err := p.register(seq, w); err != nil {
 		<-p.lock
@@ -544,7 +544,7 @@ func (p *Publisher) drainConfirms() {
 }
 
 func (p *Publisher) recordReturn(r amqp.Return) {
-	id, _ := r.Headers[PublishIDHeader].(string)
+	id, _ := r.Headers[publishIDHeader].(string)
 	seq, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
 		p.logger.Warn("rabbitmq: return for a message this publisher did not send",

@@ -212,7 +212,7 @@ func TestPublisherPublishesToExistingQueue(t *testing.T) {
 		if string(d.Body) != `{"id":1}` || d.ContentType != "application/json" || d.Priority != 3 || d.DeliveryMode != amqp.Persistent {
 			t.Errorf("delivered %+v", d)
 		}
-		want := amqp.Table{"kind": "email", PublishIDHeader: "1"}
+		want := amqp.Table{"kind": "email", publishIDHeader: "1"}
 		if diff := cmp.Diff(want, d.Headers); diff != "" {
 			t.Errorf("headers (-want +got):\n%s", diff)
 		}
@@ -254,11 +254,11 @@ func TestPublisherHeadersDoNotCarryOver(t *testing.T) {
 		}
 		want := []amqp.Table{{}, {"a": "1", "b": int64(2)}, {}, {"c": "3"}, {}, {}}
 		for i, d := range env.drain(t, q) {
-			id, ok := d.Headers[PublishIDHeader].(string)
+			id, ok := d.Headers[publishIDHeader].(string)
 			if !ok || id == "" {
 				t.Fatalf("message %d has no publish id: %v", i, d.Headers)
 			}
-			delete(d.Headers, PublishIDHeader)
+			delete(d.Headers, publishIDHeader)
 			if !cmp.Equal(d.Headers, want[i], cmpopts.EquateEmpty()) {
 				t.Errorf("message %d headers %v, want %v", i, d.Headers, want[i])
 			}
@@ -309,7 +309,7 @@ func TestPublisherConcurrentPublishesAllConfirmed(t *testing.T) {
 		}
 		ids := map[string]bool{}
 		for _, d := range got {
-			id, _ := d.Headers[PublishIDHeader].(string)
+			id, _ := d.Headers[publishIDHeader].(string)
 			if id == "" || ids[id] {
 				t.Errorf("message %s: publish id %q missing or repeated", d.Body, id)
 			}
@@ -881,7 +881,7 @@ func TestPublisherRefusedByClient(t *testing.T) {
 			t.Errorf("%d waiters left behind", n)
 		}
 		got := env.drain(t, q)
-		if len(got) != 1 || string(got[0].Body) != "good" || got[0].Headers[PublishIDHeader] != "1" {
+		if len(got) != 1 || string(got[0].Body) != "good" || got[0].Headers[publishIDHeader] != "1" {
 			t.Errorf("queue holds %v, want the good message with publish id 1", got)
 		}
 	})

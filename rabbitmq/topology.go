@@ -138,29 +138,29 @@ func (t Topology) deadQueueArgs() amqp.Table {
 // ttl milliseconds, of the topology's HoldType.
 func (t Topology) hold(queue string, ttl int64) (string, amqp.Table) {
 	if t.HoldType == queuey.Quorum {
-		return t.QuorumHoldQueue(queue, ttl), QuorumHoldQueueArgs(queue, ttl)
+		return t.QuorumHoldQueue(queue, ttl), quorumHoldQueueArgs(queue, ttl)
 	}
-	return t.HoldQueue(queue, ttl), HoldQueueArgs(queue, ttl)
+	return t.HoldQueue(queue, ttl), holdQueueArgs(queue, ttl)
 }
 
 // RetryTTL rounds a retry delay up to RetryGranularity and returns it in
-// milliseconds; see HoldTTL.
+// milliseconds; see holdTTL.
 func (t Topology) RetryTTL(delay time.Duration) (int64, error) {
-	return HoldTTL(delay, t.WithDefaults().RetryGranularity)
+	return holdTTL(delay, t.WithDefaults().RetryGranularity)
 }
 
 // DeferredTTL rounds an EnqueueAfter delay or a deferral up to
-// DeferredGranularity and returns it in milliseconds; see HoldTTL.
+// DeferredGranularity and returns it in milliseconds; see holdTTL.
 func (t Topology) DeferredTTL(delay time.Duration) (int64, error) {
-	return HoldTTL(delay, t.WithDefaults().DeferredGranularity)
+	return holdTTL(delay, t.WithDefaults().DeferredGranularity)
 }
 
-// HoldTTL rounds delay up to a whole multiple of granularity (a
+// holdTTL rounds delay up to a whole multiple of granularity (a
 // granularity under a millisecond counts as one) and returns it in whole
 // milliseconds, rounding up again: a job is never released early. A delay
 // of zero or less is 0, meaning "publish to the work queue now". A rounded
 // delay over MaxHoldTTL is an error wrapping queuey.ErrDelayTooLong.
-func HoldTTL(delay, granularity time.Duration) (int64, error) {
+func holdTTL(delay, granularity time.Duration) (int64, error) {
 	if delay <= 0 {
 		return 0, nil
 	}
@@ -179,11 +179,11 @@ func HoldTTL(delay, granularity time.Duration) (int64, error) {
 	return ms, nil
 }
 
-// HoldExpiryMargin is the least time a hold queue outlives the TTL of the
-// last message published to it: HoldExpires(ttl) - ttl. See HoldExpires.
-const HoldExpiryMargin = 60 * time.Second
+// holdExpiryMargin is the least time a hold queue outlives the TTL of the
+// last message published to it: holdExpires(ttl) - ttl. See holdExpires.
+const holdExpiryMargin = 60 * time.Second
 
-// HoldExpires is a hold queue's x-expires, in milliseconds, for a TTL of
+// holdExpires is a hold queue's x-expires, in milliseconds, for a TTL of
 // ttl milliseconds: ttl + max(ttl, 60 s). It is a pure function of the TTL
 // in the queue's name, so every process computes the same arguments.
 //
@@ -199,31 +199,31 @@ const HoldExpiryMargin = 60 * time.Second
 // is 2 × TTL as before, so the longest hold (MaxHoldTTL) is unchanged.
 // docs/hold-queue-expiry.md has the mechanism, the figures and what a fleet
 // mixing older processes sees.
-func HoldExpires(ttl int64) int64 {
-	return ttl + max(ttl, HoldExpiryMargin.Milliseconds())
+func holdExpires(ttl int64) int64 {
+	return ttl + max(ttl, holdExpiryMargin.Milliseconds())
 }
 
-// HoldQueueArgs are the declaration arguments of queue's hold queue for ttl
+// holdQueueArgs are the declaration arguments of queue's hold queue for ttl
 // milliseconds: a pure function of what its name encodes (x-expires is
-// HoldExpires(ttl)). The type is set explicitly so that a vhost whose
+// holdExpires(ttl)). The type is set explicitly so that a vhost whose
 // default queue type is quorum cannot turn it into a queue whose x-expires
 // lease is not renewed by declaring it.
-func HoldQueueArgs(queue string, ttl int64) amqp.Table {
+func holdQueueArgs(queue string, ttl int64) amqp.Table {
 	return amqp.Table{
 		"x-queue-type":              "classic",
 		"x-message-ttl":             ttl,
-		"x-expires":                 HoldExpires(ttl),
+		"x-expires":                 holdExpires(ttl),
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": queue,
 	}
 }
 
-// QuorumHoldQueueArgs are the declaration arguments of queue's quorum hold
+// quorumHoldQueueArgs are the declaration arguments of queue's quorum hold
 // queue for ttl milliseconds: a replicated queue that releases each job
 // into queue after ttl with at-least-once dead-lettering, which RabbitMQ
 // applies only with x-overflow reject-publish (docs/rabbitmq-semantics.md
 // §3.6). It has no x-expires: see Topology.HoldType.
-func QuorumHoldQueueArgs(queue string, ttl int64) amqp.Table {
+func quorumHoldQueueArgs(queue string, ttl int64) amqp.Table {
 	return amqp.Table{
 		"x-queue-type":              "quorum",
 		"x-message-ttl":             ttl,

@@ -46,8 +46,8 @@ func TestTopologyOnLiveBroker(t *testing.T) {
 	queues := map[string]amqp.Table{
 		q:                            WorkQueueArgs(false, 10, top.DeadQueue(q)),
 		top.DeadQueue(q):             nil,
-		top.HoldQueue(q, 1):          HoldQueueArgs(q, 1),
-		top.HoldQueue(q, MaxHoldTTL): HoldQueueArgs(q, MaxHoldTTL),
+		top.HoldQueue(q, 1):          holdQueueArgs(q, 1),
+		top.HoldQueue(q, MaxHoldTTL): holdQueueArgs(q, MaxHoldTTL),
 	}
 	t.Cleanup(func() {
 		for name := range queues {

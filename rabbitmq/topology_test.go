@@ -39,15 +39,15 @@ func TestHoldTTLRoundsUpNeverDown(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := HoldTTL(tc.delay, tc.gran)
+			got, err := holdTTL(tc.delay, tc.gran)
 			if tc.tooLong {
 				if !errors.Is(err, queuey.ErrDelayTooLong) {
-					t.Fatalf("HoldTTL(%s, %s) = %d, %v; want ErrDelayTooLong", tc.delay, tc.gran, got, err)
+					t.Fatalf("holdTTL(%s, %s) = %d, %v; want ErrDelayTooLong", tc.delay, tc.gran, got, err)
 				}
 				return
 			}
 			if err != nil || got != tc.want {
-				t.Fatalf("HoldTTL(%s, %s) = %d, %v; want %d", tc.delay, tc.gran, got, err, tc.want)
+				t.Fatalf("holdTTL(%s, %s) = %d, %v; want %d", tc.delay, tc.gran, got, err, tc.want)
 			}
 			if time.Duration(got)*ms < tc.delay {
 				t.Fatalf("released early: %d ms < %s", got, tc.delay)
@@ -94,11 +94,11 @@ func TestHoldQueueArgsArePureFunctionOfName(t *testing.T) {
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": "emails",
 	}
-	if diff := cmp.Diff(want, HoldQueueArgs("emails", 30000)); diff != "" {
+	if diff := cmp.Diff(want, holdQueueArgs("emails", 30000)); diff != "" {
 		t.Fatalf("hold queue args (-want +got):\n%s", diff)
 	}
 	// The longest hold queue still has an x-expires RabbitMQ accepts.
-	if got := HoldQueueArgs("q", MaxHoldTTL)["x-expires"]; got != int64(2*MaxHoldTTL) {
+	if got := holdQueueArgs("q", MaxHoldTTL)["x-expires"]; got != int64(2*MaxHoldTTL) {
 		t.Fatalf("x-expires of the longest hold queue = %v", got)
 	}
 }
@@ -116,11 +116,11 @@ func TestHoldExpiresLeavesAMinuteOfMargin(t *testing.T) {
 		{300_000, 600_000},
 		{MaxHoldTTL, 2 * MaxHoldTTL},
 	} {
-		if got := HoldExpires(tc.ttl); got != tc.want {
-			t.Errorf("HoldExpires(%d) = %d, want %d", tc.ttl, got, tc.want)
+		if got := holdExpires(tc.ttl); got != tc.want {
+			t.Errorf("holdExpires(%d) = %d, want %d", tc.ttl, got, tc.want)
 		}
-		if got := HoldExpires(tc.ttl) - tc.ttl; got < HoldExpiryMargin.Milliseconds() {
-			t.Errorf("HoldExpires(%d) leaves %d ms of margin", tc.ttl, got)
+		if got := holdExpires(tc.ttl) - tc.ttl; got < holdExpiryMargin.Milliseconds() {
+			t.Errorf("holdExpires(%d) leaves %d ms of margin", tc.ttl, got)
 		}
 	}
 }
@@ -217,7 +217,7 @@ func TestHoldQueueOnMembroker(t *testing.T) {
 	}
 	hold := top.HoldQueue("jobs", ttl)
 	for range 2 {
-		if _, err := ch.QueueDeclare(hold, true, false, false, false, HoldQueueArgs("jobs", ttl)); err != nil {
+		if _, err := ch.QueueDeclare(hold, true, false, false, false, holdQueueArgs("jobs", ttl)); err != nil {
 			t.Fatalf("declare %s: %v", hold, err)
 		}
 	}

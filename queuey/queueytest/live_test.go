@@ -408,7 +408,8 @@ func TestLiveFailedJobRetriedAfterItsHoldAtAttemptTwoAndPriorityZero(t *testing.
 	}
 	r.waitFor("the first attempt", func() bool { return len(r.Runs()) == 1 })
 	r.waitFor("the retry to wait in "+r.hold(1000), func() bool { return r.ready(r.hold(1000)) == 1 })
-	r.sameArgs(r.hold(1000), rabbitmq.HoldQueueArgs(r.q, 1000))
+	r.sameArgs(r.hold(1000), amqp.Table{"x-queue-type": "classic", "x-message-ttl": int64(1000), "x-expires": int64(61000),
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": r.q})
 	r.waitFor("the second attempt", func() bool { return len(r.Runs()) == 2 })
 	runs := r.Runs()
 	if runs[0].ID != id || runs[0].Attempt != 1 || runs[0].Priority != 10 || runs[0].Err == nil {

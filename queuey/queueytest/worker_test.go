@@ -66,7 +66,9 @@ func TestRetryWaitsInItsHoldQueueAndComesBackAtPriorityZero(t *testing.T) {
 	if !ok {
 		t.Fatalf("no hold queue jobs.deferred.2000; queues: %v", h.Broker.Queues())
 	}
-	want := rabbitmq.HoldQueueArgs("jobs", 2000)
+	// docs/hold-queue-expiry.md: x-expires = TTL + max(TTL, 60 s).
+	want := amqp.Table{"x-queue-type": "classic", "x-message-ttl": int64(2000), "x-expires": int64(62000),
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs"}
 	for k, v := range want {
 		if hold.Arguments[k] != v {
 			t.Errorf("hold queue argument %s = %v, want %v", k, hold.Arguments[k], v)
