@@ -92,8 +92,8 @@ type Observer struct {
 	propagator propagation.TextMapPropagator
 
 	enqueued, started, succeeded, retried, deferred, deadLettered, malformed metric.Int64Counter
-	running                                                                 metric.Int64UpDownCounter
-	duration, wait, addedWait                                               metric.Float64Histogram
+	running                                                                  metric.Int64UpDownCounter
+	duration, wait, addedWait                                                metric.Float64Histogram
 
 	mu    sync.RWMutex
 	attrs map[jobClass]metric.MeasurementOption
