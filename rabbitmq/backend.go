@@ -99,7 +99,7 @@ var ErrPublishingBlocked = errors.New("rabbitmq: the broker is blocking publishe
 // It keeps its channels apart, so that what the broker refuses on one cannot
 // take the others down:
 //
-//   - one publishing channel in confirm mode (a Publisher), on which nothing
+//   - one publishing channel in confirm mode (a publisher), on which nothing
 //     is ever declared: every publish is mandatory and waits for its confirm,
 //     and concurrent publishes pipeline. When the broker closes it over one
 //     message (a channel exception, such as a body over the broker's
@@ -132,7 +132,7 @@ type Backend struct {
 	// closes its channel over one message, and closes done when the
 	// backend can publish no more.
 	pubMu   sync.Mutex
-	pub     *Publisher
+	pub     *publisher
 	swapped chan struct{} // closed when pub is replaced, or done
 	closing bool          // Close has begun: supervise replaces nothing
 	done    chan struct{}
@@ -206,7 +206,7 @@ func newBackend(open func() (Channel, error), opts Options, sup *supervisor) (*B
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: opening the publishing channel: %w", err)
 	}
-	pub, err := NewPublisher(ch, logger)
+	pub, err := newPublisher(ch, logger)
 	if err != nil {
 		_ = ch.Close()
 		return nil, err
@@ -289,11 +289,11 @@ func (b *Backend) whileBlocked(err error) error {
 // one message (a channel exception; the connection is still there), it
 // opens a fresh one and watches that. When the connection has gone, Close
 // was called, or no fresh channel opens, it closes done.
-func (b *Backend) supervise(p *Publisher) {
+func (b *Backend) supervise(p *publisher) {
 	for {
 		<-p.Done()
 		cause := p.Err()
-		var next *Publisher
+		var next *publisher
 		switch {
 		case channelException(cause):
 			next = b.reopen(cause)
@@ -323,7 +323,7 @@ func (b *Backend) supervise(p *Publisher) {
 // reconnected waits for the supervisor's next connection and opens the
 // publishing channel on it; nil once the backend is closing or the
 // supervision has failed.
-func (b *Backend) reconnected(cause error) *Publisher {
+func (b *Backend) reconnected(cause error) *publisher {
 	var gen uint64
 	for {
 		var err error
@@ -334,7 +334,7 @@ func (b *Backend) reconnected(cause error) *Publisher {
 		if err != nil {
 			continue // gone again: await the next one
 		}
-		p, err := NewPublisher(ch, b.logger)
+		p, err := newPublisher(ch, b.logger)
 		if err != nil {
 			_ = ch.Close()
 			continue
@@ -374,13 +374,13 @@ func channelException(err error) bool {
 
 // reopen opens a fresh publishing channel after the broker closed the last
 // one with cause; nil if it cannot.
-func (b *Backend) reopen(cause error) *Publisher {
+func (b *Backend) reopen(cause error) *publisher {
 	ch, err := b.open()
 	if err != nil {
 		b.logger.Warn("rabbitmq: the broker closed the publishing channel, and no fresh one opens", "cause", cause, "error", err)
 		return nil
 	}
-	p, err := NewPublisher(ch, b.logger)
+	p, err := newPublisher(ch, b.logger)
 	if err != nil {
 		_ = ch.Close()
 		b.logger.Warn("rabbitmq: the broker closed the publishing channel, and no fresh one opens", "cause", cause, "error", err)
@@ -398,9 +398,9 @@ func (b *Backend) checkSize(n int) error {
 	return nil
 }
 
-// publisher returns the publishing channel's Publisher and a channel closed
+// publisher returns the publishing channel's publisher and a channel closed
 // when it is replaced (or the backend can publish no more).
-func (b *Backend) publisher() (*Publisher, <-chan struct{}) {
+func (b *Backend) publisher() (*publisher, <-chan struct{}) {
 	b.pubMu.Lock()
 	defer b.pubMu.Unlock()
 	return b.pub, b.swapped

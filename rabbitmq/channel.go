@@ -18,7 +18,7 @@ import (
 // queue's delivery limit on RabbitMQ 4.3. Deliveries carry their channel as
 // an amqp.Acknowledger, so d.Ack and d.Reject work on both implementations.
 type Channel interface {
-	// Publishing with confirms (see Publisher).
+	// Publishing with confirms (see publisher).
 	Confirm(noWait bool) error
 	NotifyPublish(confirm chan amqp.Confirmation) chan amqp.Confirmation
 	NotifyReturn(c chan amqp.Return) chan amqp.Return

@@ -321,7 +321,7 @@ func (in *Inspector) DeadLetters(ctx context.Context, queue string, filter DeadL
 // held unacknowledged, so it is never read twice, and returned to the queue
 // when scan ends.
 func (in *Inspector) scan(ctx context.Context, queue string, visit func(dl DeadLetter, read, total int) (stop bool, err error),
-	take func(ch InspectChannel, pub *Publisher, dl DeadLetter, d amqp.Delivery) (taken bool, err error)) (err error) {
+	take func(ch InspectChannel, pub *publisher, dl DeadLetter, d amqp.Delivery) (taken bool, err error)) (err error) {
 	dead := in.top.DeadQueue(queue)
 	q, err := in.declarePassive(dead)
 	if err != nil {
@@ -334,9 +334,9 @@ func (in *Inspector) scan(ctx context.Context, queue string, visit func(dl DeadL
 	// Closing the channel returns anything still unacknowledged, whatever
 	// happened before.
 	defer func() { _ = ch.Close() }()
-	var pub *Publisher
+	var pub *publisher
 	if take != nil {
-		if pub, err = NewPublisher(ch, in.log); err != nil {
+		if pub, err = newPublisher(ch, in.log); err != nil {
 			return err
 		}
 		defer func() { _ = pub.Close() }()
@@ -471,7 +471,7 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 		return rep, err
 	}
 	moved := map[string]bool{} // by movedKey
-	take := func(ch InspectChannel, pub *Publisher, dl DeadLetter, d amqp.Delivery) (bool, error) {
+	take := func(ch InspectChannel, pub *publisher, dl DeadLetter, d amqp.Delivery) (bool, error) {
 		rep.Read++
 		if !opts.Filter.Match(dl) {
 			rep.Skipped++

@@ -15,14 +15,14 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// publishIDHeader is the header the Publisher adds to every message it
+// publishIDHeader is the header the publisher adds to every message it
 // publishes: the publish's confirm sequence number on its channel, in
 // decimal. A basic.return carries no sequence number, so this is how a
 // returned message is matched to the publish waiting for it. Consumers see
 // it too; it is unique per publishing channel, not globally.
 const publishIDHeader = "x-queuey-publish-id"
 
-// Buffer sizes of the Publisher's confirm and return listeners. The
+// Buffer sizes of the publisher's confirm and return listeners. The
 // Publish calls waiting for their confirms drain both, so they only absorb bursts; they
 // matter for membroker, which never blocks and holds back what does not fit
 // until the next call into the broker.
@@ -43,11 +43,11 @@ var (
 	// queuey.ErrMaybeEnqueued too).
 	ErrNacked = errors.New("rabbitmq: publish nacked by the broker")
 	// ErrPublisherClosed is wrapped by the error of every publish in flight
-	// when the Publisher or its channel closes, and of every later publish.
+	// when the publisher or its channel closes, and of every later publish.
 	// When the broker closed the channel or connection, the error also wraps
 	// its *amqp.Error (match it with errors.As). The error of a publish
 	// that was in flight wraps queuey.ErrMaybeEnqueued as well; that of one
-	// the Publisher never sent does not.
+	// the publisher never sent does not.
 	ErrPublisherClosed = errors.New("rabbitmq: publisher closed")
 )
 
@@ -69,7 +69,7 @@ func (e *ReturnError) Error() string {
 // Is reports whether target is ErrReturned.
 func (e *ReturnError) Is(target error) bool { return target == ErrReturned }
 
-// Publisher publishes messages on one channel in confirm mode and waits for
+// publisher publishes messages on one channel in confirm mode and waits for
 // each one's confirmation, as the backend does for every enqueue, retry,
 // deferral and dead-letter. Every publish goes to the default exchange with
 // the queue name as routing key and is mandatory, so a message that reaches
@@ -85,13 +85,13 @@ func (e *ReturnError) Is(target error) bool { return target == ErrReturned }
 // library and the callers, so a confirm that is already there (as on
 // membroker) completes its publish without a thread handoff.
 //
-// The Publisher owns its channel: nothing else may publish on it (that would
+// The publisher owns its channel: nothing else may publish on it (that would
 // shift the sequence numbers) or declare on it (a refused declaration closes
 // the channel). It is safe for concurrent use. When the channel closes, the
-// Publisher is closed for good (Done is closed, Err says why): reconnection
-// is the caller's business, and a Publisher does not follow amqp091's
+// publisher is closed for good (Done is closed, Err says why): reconnection
+// is the caller's business, and a publisher does not follow amqp091's
 // automatic recovery onto a recovered channel.
-type Publisher struct {
+type publisher struct {
 	ch     Channel
 	logger *slog.Logger
 
@@ -105,14 +105,14 @@ type Publisher struct {
 	extraHeaders bool       // guarded by lock: headers holds more than the publish id
 
 	// waiters pools the waiters of finished publishes. It is the
-	// Publisher's own, not the package's: a waiter's channel belongs to the
+	// publisher's own, not the package's: a waiter's channel belongs to the
 	// synctest bubble it was made in, if any, and must not reach a
-	// Publisher outside it.
+	// publisher outside it.
 	waiters sync.Pool
 
 	mu      sync.Mutex
 	pending map[uint64]*waiter // by sequence number
-	err     error              // once non-nil, the Publisher is closed; wraps ErrPublisherClosed
+	err     error              // once non-nil, the publisher is closed; wraps ErrPublisherClosed
 
 	// disp is the dispatch token: whoever holds it is the only reader of
 	// confirms and returns. A Publish waiting for its confirm takes it and
@@ -129,7 +129,7 @@ type Publisher struct {
 	closeOnce sync.Once
 	closeErr  error
 	stop      chan struct{} // closed by Close
-	done      chan struct{} // closed when the watcher has shut the Publisher down
+	done      chan struct{} // closed when the watcher has shut the publisher down
 }
 
 // waiter is one Publish waiting for its confirm. result has room for the one
@@ -140,18 +140,18 @@ type waiter struct {
 	returned *ReturnError // set by the dispatching Publish when a return arrives
 }
 
-// NewPublisher puts ch in confirm mode, registers its confirm, return and
+// newPublisher puts ch in confirm mode, registers its confirm, return and
 // close listeners and starts the watcher goroutine, which shuts the
-// Publisher down when the channel closes. The Publisher takes
+// publisher down when the channel closes. The publisher takes
 // ownership of ch: Close closes it. A nil logger discards.
-func NewPublisher(ch Channel, logger *slog.Logger) (*Publisher, error) {
+func newPublisher(ch Channel, logger *slog.Logger) (*publisher, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	if err := ch.Confirm(false); err != nil {
 		return nil, fmt.Errorf("rabbitmq: publisher: putting the channel in confirm mode: %w", err)
 	}
-	p := &Publisher{
+	p := &publisher{
 		ch:      ch,
 		logger:  logger,
 		lock:    make(chan struct{}, 1),
@@ -192,7 +192,7 @@ func NewPublisher(ch Channel, logger *slog.Logger) (*Publisher, error) {
 // behind a write the client library is blocked in (RabbitMQ blocks
 // publishing connections during a memory or disk alarm) honours ctx; the
 // write itself does not.
-func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishing) error {
+func (p *publisher) Publish(ctx context.Context, queue string, msg amqp.Publishing) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -246,7 +246,7 @@ func (p *Publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 
 // await waits for w's outcome, dispatching confirms and returns while it
 // holds the dispatch token, and recycles w.
-func (p *Publisher) await(ctx context.Context, seq uint64, w *waiter) error {
+func (p *publisher) await(ctx context.Context, seq uint64, w *waiter) error {
 	disp := p.disp // nil once the confirm listener has closed: then only wait
 	for {
 		// The common cases first, each without a select over every case:
@@ -291,7 +291,7 @@ func (p *Publisher) await(ctx context.Context, seq uint64, w *waiter) error {
 // just taken, and gives the token back. done says w's outcome is err (and
 // w has been recycled); otherwise the caller keeps waiting, with *disp set
 // to nil if the confirm listener has closed.
-func (p *Publisher) dispatchHeld(ctx context.Context, w *waiter, disp *chan struct{}) (done bool, err error) {
+func (p *publisher) dispatchHeld(ctx context.Context, w *waiter, disp *chan struct{}) (done bool, err error) {
 	if p.confirmsClosed {
 		// The channel is closing: the watcher fails w shortly.
 		<-p.disp
@@ -308,7 +308,7 @@ func (p *Publisher) dispatchHeld(ctx context.Context, w *waiter, disp *chan stru
 
 // abandon stops waiting for w because ctx is done: it returns the outcome if
 // one is already known, ctx's error otherwise.
-func (p *Publisher) abandon(ctx context.Context, seq uint64, w *waiter) error {
+func (p *publisher) abandon(ctx context.Context, seq uint64, w *waiter) error {
 	withdrawn, returned := p.withdraw(seq, w)
 	if !withdrawn {
 		// A dispatcher or the watcher took the waiter first: its outcome
@@ -334,7 +334,7 @@ func (p *Publisher) abandon(ctx context.Context, seq uint64, w *waiter) error {
 // select with both ready may pick the confirm first. So before completing
 // any confirm it drains the returns already handed over: a return is
 // always recorded before the confirm of its publish completes.
-func (p *Publisher) dispatchFor(ctx context.Context, w *waiter) (err error, done bool) {
+func (p *publisher) dispatchFor(ctx context.Context, w *waiter) (err error, done bool) {
 	for {
 		// What has arrived already is taken without a select: len of a
 		// buffered channel takes no lock, and the holder of the dispatch
@@ -378,7 +378,7 @@ func (p *Publisher) dispatchFor(ctx context.Context, w *waiter) (err error, done
 // dispatchConfirm records the returns handed over before c, then completes
 // c's publish: done says it was w's, with outcome err, which is returned
 // rather than sent.
-func (p *Publisher) dispatchConfirm(c amqp.Confirmation, w *waiter) (err error, done bool) {
+func (p *publisher) dispatchConfirm(c amqp.Confirmation, w *waiter) (err error, done bool) {
 	if len(p.returns) > 0 {
 		p.drainReturns()
 	}
@@ -393,14 +393,14 @@ func (p *Publisher) dispatchConfirm(c amqp.Confirmation, w *waiter) (err error, 
 	return nil, false
 }
 
-// Close closes the Publisher and its channel and waits for the watcher to
+// Close closes the publisher and its channel and waits for the watcher to
 // shut it down. Publishes still waiting for their confirm fail with
 // ErrPublisherClosed unless the confirm arrives while the channel closes,
 // and so do later ones; to have every publish confirmed, let the Publish
 // calls return before calling Close. It returns the error of closing the
 // channel (nil if the broker had closed it already); calling it again
 // returns the same.
-func (p *Publisher) Close() error {
+func (p *publisher) Close() error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
 		if p.err == nil {
@@ -414,20 +414,20 @@ func (p *Publisher) Close() error {
 	return p.closeErr
 }
 
-// Done is closed when the Publisher has closed, by Close or because its
+// Done is closed when the publisher has closed, by Close or because its
 // channel closed under it.
-func (p *Publisher) Done() <-chan struct{} { return p.done }
+func (p *publisher) Done() <-chan struct{} { return p.done }
 
-// Err returns nil while the Publisher is open, and afterwards the error its
+// Err returns nil while the publisher is open, and afterwards the error its
 // publishes fail with: it wraps ErrPublisherClosed and, when the broker
 // closed the channel or connection, the *amqp.Error.
-func (p *Publisher) Err() error {
+func (p *publisher) Err() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.err
 }
 
-func (p *Publisher) register(seq uint64, w *waiter) error {
+func (p *publisher) register(seq uint64, w *waiter) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil {
@@ -440,7 +440,7 @@ func (p *Publisher) register(seq uint64, w *waiter) error {
 // withdraw removes w from the waiter table and reports whether it was still
 // there, with the return recorded against it, if any; if it was not, the
 // dispatching Publish or the watcher has taken it and sends its outcome.
-func (p *Publisher) withdraw(seq uint64, w *waiter) (ok bool, returned *ReturnError) {
+func (p *publisher) withdraw(seq uint64, w *waiter) (ok bool, returned *ReturnError) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.pending[seq] != w {
@@ -451,7 +451,7 @@ func (p *Publisher) withdraw(seq uint64, w *waiter) (ok bool, returned *ReturnEr
 }
 
 // recycle returns a waiter nobody references any more to the pool.
-func (p *Publisher) recycle(w *waiter) {
+func (p *publisher) recycle(w *waiter) {
 	w.queue, w.returned = "", nil
 	p.waiters.Put(w)
 }
@@ -459,9 +459,9 @@ func (p *Publisher) recycle(w *waiter) {
 // publishFailed turns the client library's refusal to publish into
 // Publish's error. When it refused because the channel is closed, the
 // close notification is on its way to the watcher, so it waits for the
-// watcher to shut the Publisher down, within ctx, to return the broker's
+// watcher to shut the publisher down, within ctx, to return the broker's
 // reason.
-func (p *Publisher) publishFailed(ctx context.Context, queue string, err error) error {
+func (p *publisher) publishFailed(ctx context.Context, queue string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 		return ctxErr
 	}
@@ -484,12 +484,12 @@ func (p *Publisher) publishFailed(ctx context.Context, queue string, err error) 
 	return fmt.Errorf("rabbitmq: publish to queue %q: %w", queue, err)
 }
 
-// watch is the goroutine that shuts the Publisher down when its channel
+// watch is the goroutine that shuts the publisher down when its channel
 // closes or Close is called: it waits for the channel's close notification
 // (or stop), takes the dispatch token for good, so no Publish dispatches
 // after it, completes the confirms already handed over and fails every
 // publish still waiting.
-func (p *Publisher) watch() {
+func (p *publisher) watch() {
 	defer close(p.done)
 	var cause *amqp.Error
 	select {
@@ -507,7 +507,7 @@ func (p *Publisher) watch() {
 }
 
 // drainReturns records every return already handed over, without waiting.
-func (p *Publisher) drainReturns() {
+func (p *publisher) drainReturns() {
 	for p.returns != nil {
 		select {
 		case r, ok := <-p.returns:
@@ -525,7 +525,7 @@ func (p *Publisher) drainReturns() {
 // drainConfirms completes every confirm already handed over, without
 // waiting: the client library hands over everything the broker sent before
 // it closed the channel ahead of the close itself.
-func (p *Publisher) drainConfirms() {
+func (p *publisher) drainConfirms() {
 	for {
 		select {
 		case c, ok := <-p.confirms:
@@ -543,7 +543,7 @@ func (p *Publisher) drainConfirms() {
 	}
 }
 
-func (p *Publisher) recordReturn(r amqp.Return) {
+func (p *publisher) recordReturn(r amqp.Return) {
 	id, _ := r.Headers[publishIDHeader].(string)
 	seq, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
@@ -565,7 +565,7 @@ func (p *Publisher) recordReturn(r amqp.Return) {
 
 // complete takes c's waiter out of the table and returns it with its
 // outcome, for the caller to hand over; nil if nobody waits for c.
-func (p *Publisher) complete(c amqp.Confirmation) (w *waiter, err error) {
+func (p *publisher) complete(c amqp.Confirmation) (w *waiter, err error) {
 	p.mu.Lock()
 	w = p.pending[c.DeliveryTag]
 	delete(p.pending, c.DeliveryTag)
@@ -585,9 +585,9 @@ func (p *Publisher) complete(c amqp.Confirmation) (w *waiter, err error) {
 	return w, err
 }
 
-// shutdown closes the Publisher: every waiter in flight, and every later
+// shutdown closes the publisher: every waiter in flight, and every later
 // Publish, fails with an error wrapping ErrPublisherClosed and cause.
-func (p *Publisher) shutdown(cause *amqp.Error) {
+func (p *publisher) shutdown(cause *amqp.Error) {
 	p.mu.Lock()
 	switch {
 	case cause != nil:
@@ -613,7 +613,7 @@ func (p *Publisher) shutdown(cause *amqp.Error) {
 // send hands w its outcome. Each waiter is sent exactly one outcome into a
 // buffer of one, so this never blocks; the default case only guards the
 // sender against a bug.
-func (p *Publisher) send(w *waiter, err error) {
+func (p *publisher) send(w *waiter, err error) {
 	select {
 	case w.result <- err:
 	default:

@@ -20,7 +20,7 @@ import (
 // publishing channel. ns/op is the wall time per confirmed message, so the
 // ratio of two implementations' ns/op is the inverse ratio of their rates.
 //
-//	impl=queuey  the Publisher: pipelined, correlated by sequence number
+//	impl=queuey  the publisher: pipelined, correlated by sequence number
 //	impl=raw     the reference. On the live broker, amqp091's own
 //	             pipelining: PublishWithDeferredConfirm, then Wait, per
 //	             goroutine. On membroker, where a DeferredConfirmation
@@ -145,10 +145,10 @@ func runEnqueue(b *testing.B, g int, e enqueuer, q string, purge func(string) er
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
-type queueyEnqueuer struct{ p *Publisher }
+type queueyEnqueuer struct{ p *publisher }
 
 func newQueueyEnqueuer(b *testing.B, ch Channel) enqueuer {
-	p, err := NewPublisher(ch, nil)
+	p, err := newPublisher(ch, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

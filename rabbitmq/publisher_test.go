@@ -135,10 +135,10 @@ func (env *pubEnv) drain(t *testing.T, queue string) []amqp.Delivery {
 	}
 }
 
-// newTestPublisher starts a Publisher on ch, closed at the end of the test.
-func newTestPublisher(t *testing.T, ch Channel, logger *slog.Logger) *Publisher {
+// newTestPublisher starts a publisher on ch, closed at the end of the test.
+func newTestPublisher(t *testing.T, ch Channel, logger *slog.Logger) *publisher {
 	t.Helper()
-	p, err := NewPublisher(ch, logger)
+	p, err := newPublisher(ch, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestPublisherHeadersDoNotCarryOver(t *testing.T) {
 
 // publishAll publishes n messages from g goroutines, body i to queueOf(i),
 // and returns each publish's error.
-func publishAll(ctx context.Context, p *Publisher, n, g int, queueOf func(i int) string) []error {
+func publishAll(ctx context.Context, p *publisher, n, g int, queueOf func(i int) string) []error {
 	errs := make([]error, n)
 	next := make(chan int, n)
 	for i := range n {
@@ -386,7 +386,7 @@ func gated(ch Channel, holdReturns bool) *gatedChannel {
 }
 
 func (g *gatedChannel) PublishWithContext(ctx context.Context, exchange, key string, mandatory, immediate bool, msg amqp.Publishing) error {
-	seq := g.GetNextPublishSeqNo() // the Publisher holds its lock around both
+	seq := g.GetNextPublishSeqNo() // the publisher holds its lock around both
 	err := g.Channel.PublishWithContext(ctx, exchange, key, mandatory, immediate, msg)
 	if err == nil {
 		g.published <- seq
@@ -539,7 +539,7 @@ func TestPublisherReturnReadyWithItsConfirm(t *testing.T) {
 
 // inFlight starts n publishes to q on p and waits until all are written;
 // their confirms are held back by g. It returns their outcomes.
-func inFlight(t *testing.T, p *Publisher, g *gatedChannel, q string, n int) <-chan error {
+func inFlight(t *testing.T, p *publisher, g *gatedChannel, q string, n int) <-chan error {
 	errs := make(chan error, n)
 	for i := range n {
 		go func() { errs <- p.Publish(t.Context(), q, msg(fmt.Sprint("in flight ", i))) }()
@@ -705,7 +705,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func (p *Publisher) pendingCount() int {
+func (p *publisher) pendingCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.pending)
@@ -824,7 +824,7 @@ func TestPublisherClose(t *testing.T) {
 	eachBroker(t, func(t *testing.T, env *pubEnv) {
 		q := env.queue(t)
 		g := gated(env.channel(t), false)
-		p, err := NewPublisher(g, nil)
+		p, err := newPublisher(g, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -855,15 +855,15 @@ func TestNewPublisherOnClosedChannel(t *testing.T) {
 	eachBroker(t, func(t *testing.T, env *pubEnv) {
 		ch := env.channel(t)
 		_ = ch.Close()
-		if p, err := NewPublisher(ch, nil); err == nil {
+		if p, err := newPublisher(ch, nil); err == nil {
 			_ = p.Close()
-			t.Fatal("NewPublisher on a closed channel: no error")
+			t.Fatal("newPublisher on a closed channel: no error")
 		}
 	})
 }
 
 // TestPublisherRefusedByClient: a message the client library refuses to
-// encode fails alone, before reaching the broker, and the Publisher goes
+// encode fails alone, before reaching the broker, and the publisher goes
 // on.
 func TestPublisherRefusedByClient(t *testing.T) {
 	eachBroker(t, func(t *testing.T, env *pubEnv) {

@@ -36,9 +36,6 @@ func (r *runner) fault(f Fault) {
 		// until it has, a publish would still reach the broker (and bring
 		// it up to the clock). Waiting for it keeps the run deterministic.
 		<-w.rb.Done()
-		if lb, ok := w.back.(*legacyBackend); ok {
-			<-lb.pub.Done()
-		}
 		w.up = false
 		old := w.back
 		oldSub := w.sub
@@ -219,9 +216,6 @@ var (
 // its core drops what it cannot settle any more, and it waits to redial.
 func (r *runner) connectionLost(w *worker) {
 	<-w.rb.Done() // the backend learns of the close on its publisher's goroutine
-	if lb, ok := w.back.(*legacyBackend); ok {
-		<-lb.pub.Done()
-	}
 	w.up = false
 	sub := w.sub
 	w.sub = nil

@@ -18,9 +18,10 @@ import (
 // late. Everything else is the real backend.
 type legacyBackend struct {
 	*rabbitmq.Backend
-	pub  *rabbitmq.Publisher
-	wait string
-	top  rabbitmq.Topology
+	ch       rabbitmq.Channel // in confirm mode, for the wait queue only
+	confirms chan amqp.Confirmation
+	wait     string
+	top      rabbitmq.Topology
 }
 
 func newLegacyBackend(rb *rabbitmq.Backend, open func() (rabbitmq.Channel, error), wait string, top rabbitmq.Topology) (*legacyBackend, error) {
@@ -28,11 +29,11 @@ func newLegacyBackend(rb *rabbitmq.Backend, open func() (rabbitmq.Channel, error
 	if err != nil {
 		return nil, fmt.Errorf("sim: legacy publisher channel: %w", err)
 	}
-	pub, err := rabbitmq.NewPublisher(ch, nil)
-	if err != nil {
-		return nil, err
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("sim: legacy publisher channel: %w", err)
 	}
-	return &legacyBackend{Backend: rb, pub: pub, wait: wait, top: top}, nil
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1))
+	return &legacyBackend{Backend: rb, ch: ch, confirms: confirms, wait: wait, top: top}, nil
 }
 
 // Publish sends a held job to the wait queue with its rounded delay as the
@@ -52,15 +53,28 @@ func (b *legacyBackend) Publish(ctx context.Context, env queuey.Envelope, hold t
 	if err != nil {
 		return err
 	}
-	return b.pub.Publish(ctx, b.wait, amqp.Publishing{
+	err = b.ch.PublishWithContext(ctx, "", b.wait, false, false, amqp.Publishing{
 		ContentType: "application/json", DeliveryMode: amqp.Persistent, Priority: env.Priority,
 		MessageId: env.ID, Type: env.Kind, Timestamp: env.EnqueuedAt, Body: body,
 		Expiration: strconv.FormatInt(ttl, 10),
 	})
+	if err != nil {
+		return err
+	}
+	// membroker confirms before PublishWithContext returns.
+	select {
+	case c, ok := <-b.confirms:
+		if !ok || !c.Ack {
+			return fmt.Errorf("sim: legacy hold of job %q not confirmed", env.ID)
+		}
+		return nil
+	default:
+		return fmt.Errorf("sim: legacy hold of job %q: no confirm", env.ID)
+	}
 }
 
 // Close closes the wait-queue publisher and the backend.
 func (b *legacyBackend) Close() error {
-	_ = b.pub.Close()
+	_ = b.ch.Close()
 	return b.Backend.Close()
 }
