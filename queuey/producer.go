@@ -58,7 +58,7 @@ type Producer struct {
 // queues) through backend, and returns a producer for them.
 func NewProducer(ctx context.Context, backend Backend, queues []QueueConfig, cfg ProducerConfig) (*Producer, error) {
 	p := NewUndeclaredProducer(backend, cfg)
-	declared, err := declare(ctx, backend, queues)
+	_, declared, err := declare(ctx, backend, queues)
 	if err != nil {
 		return nil, err
 	}
@@ -74,24 +74,27 @@ func NewUndeclaredProducer(backend Backend, cfg ProducerConfig) *Producer {
 	return &Producer{backend: backend, cfg: cfg.withDefaults(), queues: map[string]QueueConfig{}}
 }
 
-// declare validates and declares queues, returning them by name.
-func declare(ctx context.Context, backend Backend, queues []QueueConfig) (map[string]QueueConfig, error) {
-	out := make(map[string]QueueConfig, len(queues))
+// declare validates queues and declares them with their defaults filled
+// in, returning them so, in order and by name. The caller's slice is left
+// as it was.
+func declare(ctx context.Context, backend Backend, queues []QueueConfig) ([]QueueConfig, map[string]QueueConfig, error) {
+	list := make([]QueueConfig, len(queues))
+	byName := make(map[string]QueueConfig, len(queues))
 	for i, q := range queues {
 		if err := q.Validate(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if _, dup := out[q.Name]; dup {
-			return nil, fmt.Errorf("queuey: queue %q is defined twice", q.Name)
+		if _, dup := byName[q.Name]; dup {
+			return nil, nil, fmt.Errorf("queuey: queue %q is defined twice", q.Name)
 		}
 		q = q.WithDefaults()
-		queues[i] = q
-		out[q.Name] = q
+		list[i] = q
+		byName[q.Name] = q
 	}
-	if err := backend.Declare(ctx, queues...); err != nil {
-		return nil, err
+	if err := backend.Declare(ctx, list...); err != nil {
+		return nil, nil, err
 	}
-	return out, nil
+	return list, byName, nil
 }
 
 // Enqueue publishes a job to run as soon as a worker takes it, at priority

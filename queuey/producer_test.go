@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // failingBackend declares anything and fails every publish with err.
@@ -54,5 +56,41 @@ func TestEnqueueReturnsTheIDOfAJobThatMayHaveBeenEnqueued(t *testing.T) {
 				t.Errorf("%s with %v: ID %q", name, tc.err, id)
 			}
 		}
+	}
+}
+
+// recordingBackend remembers what it was asked to declare.
+type recordingBackend struct {
+	failingBackend
+	declared []QueueConfig
+}
+
+func (b *recordingBackend) Declare(_ context.Context, qs ...QueueConfig) error {
+	b.declared = append(b.declared, qs...)
+	return nil
+}
+
+// NewProducer and NewWorker declare the queues with their defaults filled
+// in, and leave the caller's slice as it was.
+func TestDeclaringLeavesTheCallersQueuesAlone(t *testing.T) {
+	queues := []QueueConfig{{Name: "a"}, {Name: "b", Prefetch: 3}}
+	orig := fmt.Sprintf("%+v", queues)
+	b := &recordingBackend{}
+	if _, err := NewProducer(t.Context(), b, queues, ProducerConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(t.Context(), b, queues, WorkerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%+v", queues); got != orig {
+		t.Fatalf("the caller's queues became %s, were %s", got, orig)
+	}
+	want := []QueueConfig{queues[0].WithDefaults(), queues[1].WithDefaults()}
+	if diff := cmp.Diff(want, b.declared[:2]); diff != "" {
+		t.Errorf("declared (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, w.queues); diff != "" {
+		t.Errorf("the worker's queues (-want +got):\n%s", diff)
 	}
 }

@@ -110,15 +110,11 @@ func NewWorker(ctx context.Context, backend Backend, queues []QueueConfig, cfg W
 		}
 	}
 	cfg.Middleware = slices.Clone(cfg.Middleware) // the caller's slice may change
-	declared, err := declare(ctx, backend, queues)
+	declared, _, err := declare(ctx, backend, queues)
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{backend: backend, cfg: cfg.withDefaults(), handlers: map[string]erasedHandler{}}
-	for _, q := range queues {
-		w.queues = append(w.queues, declared[q.Name])
-	}
-	return w, nil
+	return &Worker{backend: backend, cfg: cfg.withDefaults(), handlers: map[string]erasedHandler{}, queues: declared}, nil
 }
 
 // Register adds the handler for jobs of T's kind. It fails for a kind

@@ -109,13 +109,13 @@ func newHarness(t TB, opts Options, clk clock.Clock, queues []queuey.QueueConfig
 	ctx := context.Background()
 	pcfg := opts.Producer
 	pcfg.Clock = clk
-	producer, err := queuey.NewProducer(ctx, backend, append([]queuey.QueueConfig(nil), queues...), pcfg)
+	producer, err := queuey.NewProducer(ctx, backend, queues, pcfg)
 	if err != nil {
 		t.Fatalf("queueytest: producer: %v", err)
 	}
 	wcfg := opts.Worker
 	wcfg.Clock = clk
-	worker, err := queuey.NewWorker(ctx, backend, append([]queuey.QueueConfig(nil), queues...), wcfg)
+	worker, err := queuey.NewWorker(ctx, backend, queues, wcfg)
 	if err != nil {
 		t.Fatalf("queueytest: worker: %v", err)
 	}
