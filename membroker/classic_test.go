@@ -1273,7 +1273,7 @@ func TestClassicQueueExpiryDiscardsMessages(t *testing.T) {
 // consume, get, purge, passive declare, delete and redeclare (exclusive or
 // not) get 405 RESOURCE_LOCKED, closing only that channel; other channels
 // of the owning connection may use the queue.
-// semantics §E2.2a, §2.4, §3, §4, §5, §10 (lax vs strict checks);
+// semantics §E2.2 (a), §E2.4, §E3, §E4, §E10 (lax vs strict checks);
 // live 4.0.5: the same text for all seven.
 func TestClassicExclusiveQueueLockedToOtherConnections(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)

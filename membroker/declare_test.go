@@ -83,8 +83,8 @@ func cqInvalid(key, reason string) string {
 // validated with RabbitMQ's texts (406, channel error), x-queue-type first,
 // then in declare_args order, then the cross-type key check; a non-string
 // DLX is reported before all of them.
-// semantics §E1 (check_declare_arguments, declare_args, check functions), §2.3
-// step 6 (r_arg on x-dead-letter-exchange); semantics §6.1; every text below was
+// semantics §E1 (check_declare_arguments, declare_args, check functions), §E2.3
+// (r_arg on x-dead-letter-exchange); semantics §6.1; every text below was
 // read from a live RabbitMQ 4.0.5.
 func TestDeclareArgumentValidation(t *testing.T) {
 	const pf = amqp.PreconditionFailed
@@ -347,7 +347,7 @@ func TestDeclareRedeclareQuorumWithoutType(t *testing.T) {
 // declare of an existing queue reports its ready messages (not unacked)
 // and consumers, ignoring the flags and arguments it carries.
 // semantics §6.2 ("NOT_FOUND (404): passive declare of a missing queue"), errors
-// §2.4; live 4.0.5 (amq.nothere -> 404, not 403).
+// §E2.4; live 4.0.5 (amq.nothere -> 404, not 403).
 func TestDeclarePassiveMissingQueue(t *testing.T) {
 	for _, name := range []string{"missing", "amq.missing"} {
 		t.Run(name, func(t *testing.T) {
@@ -389,7 +389,7 @@ func TestDeclarePassiveMissingQueue(t *testing.T) {
 // with "amq." is 403 ACCESS_REFUSED, even for an existing server-named
 // queue.
 // semantics §6.1 step 2 (check_name runs before the existence lookup), errors
-// §2.1 step 3; live 4.0.5 for both.
+// §E2.1 step 3; live 4.0.5 for both.
 func TestDeclareReservedAmqPrefix(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	gen, err := e.ch.QueueDeclare("", false, false, true, false, nil)

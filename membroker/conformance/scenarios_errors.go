@@ -329,7 +329,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-invalid-dead-letter",
-		Cite: "§E1.3, §2.3 step 6: a non-string DLX is 'invalid type 'T' for arg 'x-dead-letter-exchange'' before anything else; DLRK without DLX routing_key_but_no_dlx_defined; non-string DLRK {unacceptable_type,T}",
+		Cite: "§E1.3, §E2.3: a non-string DLX is 'invalid type 'T' for arg 'x-dead-letter-exchange'' before anything else; DLRK without DLX routing_key_but_no_dlx_defined; non-string DLRK {unacceptable_type,T}",
 		Run: func(r *Run) {
 			errDeclareEach(r, r.Dial(), "dl", []errDecl{
 				errCase("dlrk without dlx", tbl{"x-dead-letter-routing-key": "rk"}),
@@ -548,7 +548,7 @@ var errorScenarioList = []Scenario{
 	// --- Exclusive queues --------------------------------------------------
 	{
 		Name: "error-exclusive-other-connection",
-		Cite: "§E10, §2.2a: another connection's exclusive queue is 405 RESOURCE_LOCKED on declare, passive declare, consume, get, purge and delete; publishing to it is allowed; a re-declare whose exclusive flag differs is 405 too",
+		Cite: "§E10, §E2.2 (a): another connection's exclusive queue is 405 RESOURCE_LOCKED on declare, passive declare, consume, get, purge and delete; publishing to it is allowed; a re-declare whose exclusive flag differs is 405 too",
 		Run: func(r *Run) {
 			a := r.Dial()
 			cha := r.Channel(a)
@@ -918,7 +918,7 @@ var errorScenarioList = []Scenario{
 	},
 	{
 		Name: "error-missing-queue",
-		Cite: "§E3, §4, §5, §0: consume, get and purge on a missing queue are 404 'no queue 'q' in vhost '/''; deleting a missing queue is delete_ok 0; an empty name with no previously declared queue is 404 'no previously declared queue'",
+		Cite: "§E3, §E4: consume, get and purge on a missing queue are 404 'no queue 'q' in vhost '/''; deleting a missing queue is delete_ok 0; an empty name with no previously declared queue is 404 'no previously declared queue'",
 		Run: func(r *Run) {
 			c := r.Dial()
 			q := r.Q("missing")
