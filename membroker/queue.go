@@ -82,8 +82,6 @@ type fifo struct {
 	head  int
 }
 
-func (f *fifo) len() int { return len(f.items) - f.head }
-
 func (f *fifo) front() *message {
 	if f.head == len(f.items) {
 		return nil
@@ -121,12 +119,6 @@ func (f *fifo) insertByID(m *message) {
 	f.items = append(f.items, nil)
 	copy(f.items[pos+1:], f.items[pos:])
 	f.items[pos] = m
-}
-
-func (f *fifo) drain(fn func(*message)) {
-	for f.len() > 0 {
-		fn(f.popFront())
-	}
 }
 
 // queue is one queue's state.

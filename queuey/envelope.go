@@ -598,7 +598,7 @@ func decodeEnvelopeExt(raw json.RawMessage) (map[string]json.RawMessage, error) 
 
 // compactEnvelopeJSON returns a compacted copy of the valid JSON value raw.
 func compactEnvelopeJSON(raw json.RawMessage) json.RawMessage {
-	if bytes.IndexAny(raw, " \t\r\n") < 0 {
+	if !bytes.ContainsAny(raw, " \t\r\n") {
 		return bytes.Clone(raw)
 	}
 	var buf bytes.Buffer

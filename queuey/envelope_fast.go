@@ -53,7 +53,7 @@ func appendEnvelope(b []byte, e Envelope) []byte {
 // appendCompactJSON appends the valid JSON value raw without insignificant
 // space, as encoding/json writes a json.RawMessage.
 func appendCompactJSON(b []byte, raw []byte) []byte {
-	if bytes.IndexAny(raw, " \t\r\n") < 0 {
+	if !bytes.ContainsAny(raw, " \t\r\n") {
 		return append(b, raw...)
 	}
 	buf := bytes.NewBuffer(b)

@@ -31,7 +31,6 @@ type job struct {
 	// delivered are expectations met by deliveries the broker made and
 	// the worker has yet to decode.
 	delivered []expectation
-	hist      []Event // the job's latest events, for excerpts
 	enqueued  time.Duration
 }
 

@@ -31,21 +31,21 @@ func expect(t *testing.T, step string, got []Action, want string) {
 	}
 }
 
-var refused = errors.New("connection refused")
+var errRefused = errors.New("connection errRefused")
 
 // The loop dials the URLs in turn, waits the full-jitter backoff between
 // attempts (capped), and starts over after each connection it loses.
 func TestTheLoop(t *testing.T) {
 	c := New(2, Backoff{Initial: 100 * time.Millisecond, Max: 300 * time.Millisecond}, func() float64 { return 0.5 })
 	expect(t, "start", c.Start(), "connecting(url 0, gen 0, attempt 1, after 0s); dial 0")
-	expect(t, "refused", c.DialDone(refused, false), "wait 100ms")
+	expect(t, "errRefused", c.DialDone(errRefused, false), "wait 100ms")
 	expect(t, "timer", c.TimerFired(), "connecting(url 1, gen 0, attempt 2, after 100ms); dial 1")
-	expect(t, "refused", c.DialDone(refused, false), "wait 150ms")
+	expect(t, "errRefused", c.DialDone(errRefused, false), "wait 150ms")
 	c.TimerFired()
-	expect(t, "refused, capped", c.DialDone(refused, false), "wait 150ms")
+	expect(t, "errRefused, capped", c.DialDone(errRefused, false), "wait 150ms")
 	c.TimerFired()
 	expect(t, "up", c.DialDone(nil, false), "connected(url 1, gen 1, attempt 0, after 0s)")
-	expect(t, "lost", c.Lost(refused), "disconnected(url 0, gen 1, attempt 0, after 0s); wait 50ms")
+	expect(t, "lost", c.Lost(errRefused), "disconnected(url 0, gen 1, attempt 0, after 0s); wait 50ms")
 	expect(t, "timer", c.TimerFired(), "connecting(url 0, gen 0, attempt 1, after 50ms); dial 0")
 	expect(t, "up again", c.DialDone(nil, false), "connected(url 0, gen 2, attempt 0, after 0s)")
 	expect(t, "close", c.Close(), "closed(url 0, gen 2, attempt 0, after 0s)")
