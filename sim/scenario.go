@@ -59,8 +59,9 @@ type Scenario struct {
 	// are reported with where they are. Defaults to 0.
 	Drain Duration `json:"drain,omitempty"`
 	// Profile is the RabbitMQ release membroker models: "RabbitMQ40"
-	// (4.0–4.2, what CI's live broker runs) or "RabbitMQ43". Defaults to
-	// "RabbitMQ40".
+	// (4.0 to 4.2, verified against a live 4.0.5) or "RabbitMQ43"
+	// (verified against a live 4.3.6). Defaults to membroker's default, the
+	// zero membroker.Version (RabbitMQ43), which queueytest uses too.
 	Profile string `json:"profile,omitempty"`
 	// Topology sets the hold-queue granularities.
 	Topology Topology `json:"topology,omitzero"`
@@ -353,7 +354,7 @@ func (s Scenario) WithDefaults() Scenario {
 		s.Seed = 1
 	}
 	if s.Profile == "" {
-		s.Profile = "RabbitMQ40"
+		s.Profile = membroker.Version(0).String()
 	}
 	if s.Topology.RetryGranularity == 0 {
 		s.Topology.RetryGranularity = Duration(time.Second)

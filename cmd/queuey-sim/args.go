@@ -85,7 +85,7 @@ func (cfg *config) flagSet() *flag.FlagSet {
 	fs.Var(&durationFlag{d: &cfg.drain, set: &cfg.drainSet}, "drain",
 		"virtual time the run goes on after arrivals stop (default: the scenario's; 0 for the default scenario; 5m for replay unless --scenario sets one)")
 	fs.StringVar(&cfg.profile, "profile", "",
-		"broker profile: RabbitMQ40 or RabbitMQ43 (default: the scenario's; RabbitMQ40 if it sets none)")
+		"broker profile: RabbitMQ40 or RabbitMQ43 (default: the scenario's; RabbitMQ43 if it sets none)")
 	fs.StringVar(&cfg.queueType, "queue-type", "",
 		"type of every work queue: classic or quorum (default: the scenario's; classic if it sets none)")
 	fs.StringVar(&cfg.scenario, "scenario", "",

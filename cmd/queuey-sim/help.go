@@ -31,7 +31,7 @@ backoff from 1s with full jitter, capped at 5m, 10 attempts); 5% are answered
 with a Retry-After of 30s (deferred, no attempt spent); handlers take 250ms on
 average, exponentially distributed, so the 4 workers at prefetch 10 (on a
 classic priority queue) run near capacity and backlogs form; profile
-RabbitMQ40; seed 1; no drain.
+RabbitMQ43; seed 1; no drain.
 
 run FILE: a scenario in YAML or JSON (a .json name is read as JSON, anything
 else as YAML); the fields are sim.Scenario's, documented with a commented
