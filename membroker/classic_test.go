@@ -41,16 +41,6 @@ func cqDrain(e *env, queue string) []cqDelivery {
 	}
 }
 
-// cqMustGet gets one message that must be ready.
-func cqMustGet(e *env, queue string) amqp.Delivery {
-	e.t.Helper()
-	d, ok := e.get(queue)
-	if !ok {
-		e.t.Fatalf("get %s: queue empty", queue)
-	}
-	return d
-}
-
 // cqReady reports a queue's ready count, failing if it is gone.
 func cqReady(e *env, queue string) int {
 	e.t.Helper()
@@ -228,8 +218,8 @@ func TestClassicRejectRequeueRestoresOriginalPosition(t *testing.T) {
 	for i := range 4 {
 		e.publish("q", fmt.Sprintf("m%d", i), amqp.Publishing{})
 	}
-	m0 := cqMustGet(e, "q")
-	m1 := cqMustGet(e, "q")
+	m0 := e.mustGet("q")
+	m1 := e.mustGet("q")
 	if err := m1.Reject(true); err != nil {
 		t.Fatal(err)
 	}
@@ -250,9 +240,9 @@ func TestClassicNackMultipleRequeue(t *testing.T) {
 	for i := range 4 {
 		e.publish("q", fmt.Sprintf("m%d", i), amqp.Publishing{})
 	}
-	cqMustGet(e, "q") // m0
-	m1 := cqMustGet(e, "q")
-	m2 := cqMustGet(e, "q")
+	e.mustGet("q") // m0
+	m1 := e.mustGet("q")
+	m2 := e.mustGet("q")
 	e.publish("q", "m4", amqp.Publishing{})
 	// m2 stays out: nack multiple up to m1 only.
 	if err := m1.Nack(true, true); err != nil {
@@ -314,7 +304,7 @@ func TestClassicPriorityRequeueToOwnLevel(t *testing.T) {
 	var last amqp.Delivery
 	var got []string
 	for range 3 {
-		last = cqMustGet(e, "q")
+		last = e.mustGet("q")
 		got = append(got, string(last.Body))
 	}
 	cqDiff(t, "first pass", []string{"p3", "p2", "p1"}, got)
@@ -374,7 +364,7 @@ func TestClassicMessageTTLFixedAtEnqueue(t *testing.T) {
 	e.publish("q", "m1", amqp.Publishing{}) // expires at 1000
 	e.advance(600 * time.Millisecond)
 	e.publish("q", "m2", amqp.Publishing{}) // expires at 1600
-	d := cqMustGet(e, "q")
+	d := e.mustGet("q")
 	if string(d.Body) != "m1" {
 		t.Fatalf("got %q, want m1", d.Body)
 	}
@@ -410,7 +400,7 @@ func TestClassicExpiryOnlyAtHead(t *testing.T) {
 	if got := cqReady(e, "dlq"); got != 0 {
 		t.Fatalf("dlq ready %d before the short message reached the head", got)
 	}
-	d := cqMustGet(e, "q")
+	d := e.mustGet("q")
 	if string(d.Body) != "long" || d.MessageCount != 0 {
 		t.Fatalf("got %q message_count %d, want long and 0", d.Body, d.MessageCount)
 	}
@@ -439,7 +429,7 @@ func TestClassicPriorityExpiryOnlyAtHighestLevelHead(t *testing.T) {
 	if qi.Messages != 2 || cqReady(e, "q") != 2 {
 		t.Fatalf("declare-ok messages %d, ready %d; want 2 and 2", qi.Messages, cqReady(e, "q"))
 	}
-	d := cqMustGet(e, "q")
+	d := e.mustGet("q")
 	if string(d.Body) != "high" || d.MessageCount != 0 {
 		t.Fatalf("got %q message_count %d, want high and 0", d.Body, d.MessageCount)
 	}
@@ -533,7 +523,7 @@ func TestClassicUnackedMessagesNeverExpire(t *testing.T) {
 	e.declare("dlq", nil)
 	e.declare("q", cqDeadLetterArgs("dlq", amqp.Table{"x-message-ttl": 100}))
 	e.publish("q", "m", amqp.Publishing{Expiration: "50"})
-	d := cqMustGet(e, "q")
+	d := e.mustGet("q")
 	e.advance(10 * time.Second)
 	if qi := e.info("q"); qi.Unacked != 1 || qi.Ready != 0 {
 		t.Fatalf("ready/unacked %d/%d, want 0/1", qi.Ready, qi.Unacked)
@@ -562,7 +552,7 @@ func TestClassicRequeuedExpiredMessageDeadLetteredAtHead(t *testing.T) {
 	e.declare("dlq", nil)
 	e.declare("q", cqDeadLetterArgs("dlq", amqp.Table{"x-message-ttl": 200}))
 	e.publish("q", "m", amqp.Publishing{})
-	d := cqMustGet(e, "q")
+	d := e.mustGet("q")
 	e.advance(500 * time.Millisecond)
 	if got := cqReady(e, "dlq"); got != 0 {
 		t.Fatalf("dlq ready %d while the message is unacked", got)
@@ -573,7 +563,7 @@ func TestClassicRequeuedExpiredMessageDeadLetteredAtHead(t *testing.T) {
 	if qi := e.info("q"); qi.Ready != 0 || qi.Unacked != 0 {
 		t.Fatalf("q ready/unacked %d/%d, want 0/0", qi.Ready, qi.Unacked)
 	}
-	dl := cqMustGet(e, "dlq")
+	dl := e.mustGet("dlq")
 	if string(dl.Body) != "m" || dl.Headers["x-first-death-reason"] != "expired" {
 		t.Fatalf("dead letter %q with first death reason %v, want m/expired", dl.Body, dl.Headers["x-first-death-reason"])
 	}
@@ -646,7 +636,7 @@ func TestClassicMessageTTLZeroWithDLXDeadLetters(t *testing.T) {
 	if got := cqReady(e, "q"); got != 0 {
 		t.Fatalf("q ready %d, want 0", got)
 	}
-	d := cqMustGet(e, "dlq")
+	d := e.mustGet("dlq")
 	if string(d.Body) != "m" {
 		t.Fatalf("dead letter %q", d.Body)
 	}
@@ -751,12 +741,12 @@ func TestClassicDeadLetterXDeathEntryFields(t *testing.T) {
 
 	// Rejected, with a per-message expiration, 2.7 s in.
 	e.publish("q", "rej", amqp.Publishing{Expiration: "60000"})
-	d := cqMustGet(e, "q")
+	d := e.mustGet("q")
 	e.advance(2700 * time.Millisecond)
 	if err := d.Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	got := cqMustGet(e, "dlq")
+	got := e.mustGet("dlq")
 	want := amqp.Table{
 		"x-death": []any{amqp.Table{
 			"count":               int64(1),
@@ -780,7 +770,7 @@ func TestClassicDeadLetterXDeathEntryFields(t *testing.T) {
 	// clock is advanced well past it.
 	e.publish("q", "exp", amqp.Publishing{})
 	e.advance(5 * time.Second)
-	got = cqMustGet(e, "dlq")
+	got = e.mustGet("dlq")
 	want = amqp.Table{
 		"x-death": []any{amqp.Table{
 			"count":        int64(1),
@@ -810,11 +800,11 @@ func TestClassicDeadLetterRepeatedDeathMovesToFront(t *testing.T) {
 	e.declare("q2", cqDeadLetterArgs("q1", amqp.Table{"x-message-ttl": 1500}))
 	e.publish("q1", "m", amqp.Publishing{Expiration: "60000"})
 
-	if err := cqMustGet(e, "q1").Reject(false); err != nil { // {q1,rejected} at :05
+	if err := e.mustGet("q1").Reject(false); err != nil { // {q1,rejected} at :05
 		t.Fatal(err)
 	}
 	e.advance(3 * time.Second) // {q2,expired} at :06.5, back in q1
-	d := cqMustGet(e, "q1")
+	d := e.mustGet("q1")
 	wantDeaths := []any{
 		amqp.Table{"count": int64(1), "reason": "expired", "queue": "q2", "time": start.Add(time.Second),
 			"exchange": "", "routing-keys": []any{"q2"}},
@@ -832,7 +822,7 @@ func TestClassicDeadLetterRepeatedDeathMovesToFront(t *testing.T) {
 	if err := d.Reject(false); err != nil { // {q1,rejected} again at :08
 		t.Fatal(err)
 	}
-	d = cqMustGet(e, "q2")
+	d = e.mustGet("q2")
 	wantDeaths = []any{
 		amqp.Table{"count": int64(2), "reason": "rejected", "queue": "q1", "time": start,
 			"exchange": "", "routing-keys": []any{"q1"}, "original-expiration": "60000"},
@@ -862,10 +852,10 @@ func TestClassicDeadLetterRemovesExpirationKeepsProperties(t *testing.T) {
 		Expiration: "60000", MessageId: "id1", Timestamp: ts, Type: "kind", UserId: "guest", AppId: "app",
 	}
 	e.publish("q", "m", pub)
-	if err := cqMustGet(e, "q").Reject(false); err != nil {
+	if err := e.mustGet("q").Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	d := cqMustGet(e, "dlq")
+	d := e.mustGet("dlq")
 	type props struct {
 		ContentType, ContentEncoding         string
 		DeliveryMode, Priority               uint8
@@ -894,12 +884,12 @@ func TestClassicDeadLetterNackIsRejected(t *testing.T) {
 	e.declare("q", cqDeadLetterArgs("dlq", nil))
 	e.publish("q", "a", amqp.Publishing{})
 	e.publish("q", "b", amqp.Publishing{})
-	cqMustGet(e, "q")
-	if err := cqMustGet(e, "q").Nack(true, false); err != nil {
+	e.mustGet("q")
+	if err := e.mustGet("q").Nack(true, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, body := range []string{"a", "b"} {
-		d := cqMustGet(e, "dlq")
+		d := e.mustGet("dlq")
 		if string(d.Body) != body || d.Headers["x-first-death-reason"] != "rejected" {
 			t.Fatalf("got %q reason %v, want %s/rejected", d.Body, d.Headers["x-first-death-reason"], body)
 		}
@@ -918,18 +908,18 @@ func TestClassicDeadLetterRoutingKey(t *testing.T) {
 	e.declare("ownrk", amqp.Table{"x-dead-letter-exchange": ""})
 	e.publish("withrk", "a", amqp.Publishing{})
 	e.publish("ownrk", "b", amqp.Publishing{})
-	if err := cqMustGet(e, "withrk").Reject(false); err != nil {
+	if err := e.mustGet("withrk").Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	if err := cqMustGet(e, "ownrk").Reject(false); err != nil {
+	if err := e.mustGet("ownrk").Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	a := cqMustGet(e, "dlq")
+	a := e.mustGet("dlq")
 	if string(a.Body) != "a" || a.RoutingKey != "dlq" || a.Exchange != "" {
 		t.Fatalf("via DLRK: %q rk %q ex %q", a.Body, a.RoutingKey, a.Exchange)
 	}
 	cqDiff(t, "routing-keys via DLRK", []any{"withrk"}, a.Headers["x-death"].([]any)[0].(amqp.Table)["routing-keys"])
-	b := cqMustGet(e, "ownrk")
+	b := e.mustGet("ownrk")
 	if string(b.Body) != "b" || b.RoutingKey != "ownrk" {
 		t.Fatalf("own key: %q rk %q", b.Body, b.RoutingKey)
 	}
@@ -946,7 +936,7 @@ func TestClassicDeadLetterToMissingQueueDropsSilently(t *testing.T) {
 	e.declare("q", cqDeadLetterArgs("missing", amqp.Table{"x-message-ttl": 100}))
 	e.publish("q", "rej", amqp.Publishing{})
 	e.publish("q", "exp", amqp.Publishing{})
-	if err := cqMustGet(e, "q").Reject(false); err != nil {
+	if err := e.mustGet("q").Reject(false); err != nil {
 		t.Fatal(err)
 	}
 	e.advance(time.Second)
@@ -972,10 +962,10 @@ func TestClassicDeadLetterToMissingExchangeDropsSilently(t *testing.T) {
 	e.publish("q", "rej", amqp.Publishing{})
 	e.publish("q", "exp", amqp.Publishing{})
 	e.publish("r", "rej", amqp.Publishing{})
-	if err := cqMustGet(e, "q").Reject(false); err != nil {
+	if err := e.mustGet("q").Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	if err := cqMustGet(e, "r").Reject(false); err != nil {
+	if err := e.mustGet("r").Reject(false); err != nil {
 		t.Fatal(err)
 	}
 	if got := cqReady(e, "r"); got != 0 {
@@ -1020,10 +1010,10 @@ func TestClassicDeadLetterRejectCycleRequeues(t *testing.T) {
 	e.declare("q", amqp.Table{"x-dead-letter-exchange": ""})
 	e.publish("q", "m", amqp.Publishing{})
 	for want := int64(1); want <= 3; want++ {
-		if err := cqMustGet(e, "q").Reject(false); err != nil {
+		if err := e.mustGet("q").Reject(false); err != nil {
 			t.Fatal(err)
 		}
-		d := cqMustGet(e, "q")
+		d := e.mustGet("q")
 		xd := d.Headers["x-death"].([]any)
 		if len(xd) != 1 || xd[0].(amqp.Table)["count"] != want || d.Redelivered {
 			t.Fatalf("after %d rejections: x-death %#v redelivered %v", want, xd, d.Redelivered)
@@ -1049,10 +1039,10 @@ func TestClassicDeadLetterIgnoresClientXDeath(t *testing.T) {
 		"x-first-death-queue": "client",
 		"h":                   "v",
 	}})
-	if err := cqMustGet(e, "q").Reject(false); err != nil {
+	if err := e.mustGet("q").Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	d := cqMustGet(e, "dlq")
+	d := e.mustGet("dlq")
 	want := amqp.Table{
 		"h": "v",
 		"x-death": []any{amqp.Table{"count": int64(1), "reason": "rejected", "queue": "q",
@@ -1153,7 +1143,7 @@ func TestClassicQueueExpiresRenewedByGet(t *testing.T) {
 	}
 	e.publish("q", "m", amqp.Publishing{})
 	e.advance(200 * time.Millisecond) // 1600: get at 1600 renews until 2600
-	cqMustGet(e, "q")
+	e.mustGet("q")
 	e.advance(999 * time.Millisecond)
 	if !cqExists(e, "q") {
 		t.Fatal("gone 999ms after a get")
@@ -1458,7 +1448,7 @@ func TestClassicAutoDeleteKeptWithoutConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.publish("ad", "m", amqp.Publishing{})
-	if d := cqMustGet(e, "ad"); d.Ack(false) != nil {
+	if d := e.mustGet("ad"); d.Ack(false) != nil {
 		t.Fatal("ack failed")
 	}
 	e.advance(time.Hour)

@@ -340,7 +340,7 @@ func TestConsumeTagReuseClosesConnection(t *testing.T) {
 	if _, err := e.channel().Consume("q", "t", false, false, false, false, nil); err != nil {
 		t.Fatalf("same tag on another channel: %v", err)
 	}
-	want := qqServerErr(amqp.NotAllowed, "NOT_ALLOWED - attempt to reuse consumer tag 't'")
+	want := serverErr(amqp.NotAllowed, "NOT_ALLOWED - attempt to reuse consumer tag 't'")
 	_, err := e.ch.Consume("r", "t", false, false, false, false, nil)
 	if diff := cmp.Diff(want, err); diff != "" {
 		t.Fatalf("Consume error (-want +got):\n%s", diff)
@@ -396,7 +396,7 @@ func TestConsumeQueueDeletedNotifiesCancel(t *testing.T) {
 func TestConsumeExclusiveRefusesOthers(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	e.declare("q", nil)
-	want := qqServerErr(amqp.AccessRefused, "ACCESS_REFUSED - queue 'q' in vhost '/' in exclusive use")
+	want := serverErr(amqp.AccessRefused, "ACCESS_REFUSED - queue 'q' in vhost '/' in exclusive use")
 	if _, err := e.ch.Consume("q", "x", false, true, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func TestConsumeExclusiveRefusesOthers(t *testing.T) {
 	}
 	ch = e.channel()
 	_, err = ch.Consume("p", "excl", false, true, false, false, nil)
-	want = qqServerErr(amqp.AccessRefused, "ACCESS_REFUSED - queue 'p' in vhost '/' in exclusive use")
+	want = serverErr(amqp.AccessRefused, "ACCESS_REFUSED - queue 'p' in vhost '/' in exclusive use")
 	if diff := cmp.Diff(want, err); diff != "" {
 		t.Fatalf("exclusive after a consumer (-want +got):\n%s", diff)
 	}
@@ -429,7 +429,7 @@ func TestConsumeMissingQueue(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	errs := closeErr(e.ch)
 	_, err := e.ch.Consume("nope", "", false, false, false, false, nil)
-	want := qqServerErr(amqp.NotFound, "NOT_FOUND - no queue 'nope' in vhost '/'")
+	want := serverErr(amqp.NotFound, "NOT_FOUND - no queue 'nope' in vhost '/'")
 	if diff := cmp.Diff(want, err); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
@@ -510,7 +510,7 @@ func TestAckNackRejectMultiple(t *testing.T) {
 	qqPublishN(e, "q", "m", 6, 0)
 	var tags []uint64
 	for i := 0; i < 6; i++ {
-		tags = append(tags, qqMustGet(e, "q").DeliveryTag)
+		tags = append(tags, e.mustGet("q").DeliveryTag)
 	}
 	if diff := cmp.Diff([]uint64{1, 2, 3, 4, 5, 6}, tags); diff != "" {
 		t.Fatalf("tags (-want +got):\n%s", diff)
@@ -540,12 +540,12 @@ func TestAckMultipleZeroSettlesAll(t *testing.T) {
 	e.declare("q", nil)
 	qqPublishN(e, "q", "m", 3, 0)
 	for i := 0; i < 3; i++ {
-		qqMustGet(e, "q")
+		e.mustGet("q")
 	}
 	e.ch.Nack(0, true, true)
 	qqWantReady(e, "q", 3, 0)
 	for i := 0; i < 3; i++ {
-		qqMustGet(e, "q")
+		e.mustGet("q")
 	}
 	e.ch.Ack(0, true)
 	qqWantReady(e, "q", 0, 0)
@@ -579,13 +579,13 @@ func TestAckUnknownTagClosesChannel(t *testing.T) {
 			e := newEnv(t, RabbitMQ40)
 			e.declare("q", nil)
 			qqPublishN(e, "q", "m", 2, 0)
-			qqMustGet(e, "q")
-			qqMustGet(e, "q")
+			e.mustGet("q")
+			e.mustGet("q")
 			errs := closeErr(e.ch)
 			if err := c.settle(e.ch); err != nil {
 				t.Fatalf("settle returned %v, want nil (the error is asynchronous)", err)
 			}
-			qqClosedWith(t, errs, qqServerErr(amqp.PreconditionFailed,
+			qqClosedWith(t, errs, serverErr(amqp.PreconditionFailed,
 				fmt.Sprintf("PRECONDITION_FAILED - unknown delivery tag %d", c.tag)))
 			if _, ok := <-errs; ok {
 				t.Fatal("close listener not closed after the error")
@@ -621,7 +621,7 @@ func TestAckOfAutoAckDeliveryIsUnknown(t *testing.T) {
 	if err := d.Ack(false); err != nil {
 		t.Fatal(err)
 	}
-	qqClosedWith(t, errs, qqServerErr(amqp.PreconditionFailed,
+	qqClosedWith(t, errs, serverErr(amqp.PreconditionFailed,
 		fmt.Sprintf("PRECONDITION_FAILED - unknown delivery tag %d", d.DeliveryTag)))
 	qqWantReady(e, "q", 0, 0)
 }
@@ -635,7 +635,7 @@ func TestAckThroughDeliveryAcknowledger(t *testing.T) {
 	e.declare("q", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
 	e.declare("dlq", nil)
 	qqPublishN(e, "q", "m", 3, 0)
-	a, b, c := qqMustGet(e, "q"), qqMustGet(e, "q"), qqMustGet(e, "q")
+	a, b, c := e.mustGet("q"), e.mustGet("q"), e.mustGet("q")
 	if a.Acknowledger != amqp.Acknowledger(e.ch) {
 		t.Fatal("the delivery's Acknowledger is not its channel")
 	}

@@ -369,7 +369,7 @@ func TestDeclarePassiveMissingQueue(t *testing.T) {
 		for range 3 {
 			e.publish("q", "m", amqp.Publishing{})
 		}
-		cqMustGet(e, "q")
+		e.mustGet("q")
 		if _, err := e.channel().Consume("q", "c", false, false, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -551,7 +551,7 @@ func TestQueueDeleteCountsReadyOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := receive(t, deliveries)
-	cqMustGet(e, "q")
+	e.mustGet("q")
 	n, err := e.ch.QueueDelete("q", false, false, false)
 	if err != nil || n != 2 {
 		t.Fatalf("delete = %d, %v; want 2", n, err)
@@ -596,7 +596,7 @@ func TestQueuePurgeCountsReadyOnly(t *testing.T) {
 	for _, b := range []string{"a", "b", "c", "d"} {
 		e.publish("q", b, amqp.Publishing{})
 	}
-	a, b := cqMustGet(e, "q"), cqMustGet(e, "q")
+	a, b := e.mustGet("q"), e.mustGet("q")
 	n, err := e.ch.QueuePurge("q", false)
 	if err != nil || n != 2 {
 		t.Fatalf("purge = %d, %v; want 2", n, err)
@@ -670,7 +670,7 @@ func TestQueueDeleteIfEmptyBeforeIfUnused(t *testing.T) {
 	// Only unacknowledged messages: empty for if-empty.
 	e.declare("u", nil)
 	e.publish("u", "m", amqp.Publishing{})
-	cqMustGet(e, "u")
+	e.mustGet("u")
 	n, err := e.ch.QueueDelete("u", false, true, false)
 	if err != nil || n != 0 {
 		t.Fatalf("if-empty delete with only unacked = %d, %v; want 0, nil", n, err)

@@ -42,7 +42,7 @@ func qqClosedAfter(t *testing.T, what string, c <-chan *amqp.Error, want *amqp.E
 	qqClosedClean(t, what+" after its error", c)
 }
 
-var qqForced = qqServerErr(amqp.ConnectionForced,
+var qqForced = serverErr(amqp.ConnectionForced,
 	"CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'")
 
 // Broker.CloseConnection closes a connection from the broker's side: the
@@ -137,7 +137,7 @@ func TestFaultCloseChannel(t *testing.T) {
 		t.Fatalf("get: ok=%v err=%v", ok, err)
 	}
 	errs, connErrs := closeErr(victim), e.conn.NotifyClose(make(chan *amqp.Error, 1))
-	cause := qqServerErr(amqp.PreconditionFailed, "PRECONDITION_FAILED - injected")
+	cause := serverErr(amqp.PreconditionFailed, "PRECONDITION_FAILED - injected")
 	e.b.CloseChannel(victim, cause)
 	qqClosedAfter(t, "channel NotifyClose", errs, cause)
 	if !victim.IsClosed() || e.ch.IsClosed() || e.conn.IsClosed() {
@@ -198,10 +198,10 @@ func TestFaultRestart(t *testing.T) {
 	}
 	qqPublishN(e, "qq", "q", 3, 0)
 	e.publish("transient", "x", amqp.Publishing{DeliveryMode: amqp.Persistent})
-	qqMustGet(e, "dc")
-	qqMustGet(e, "dc")
-	qqMustGet(e, "qq")
-	qqMustGet(e, "qq")
+	e.mustGet("dc")
+	e.mustGet("dc")
+	e.mustGet("qq")
+	e.mustGet("qq")
 	ch := e.channel()
 	dels, err := ch.Consume("transient", "", false, false, false, false, nil)
 	if err != nil {

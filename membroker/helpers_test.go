@@ -140,3 +140,23 @@ func noDelivery(t *testing.T, c <-chan amqp.Delivery) {
 	default:
 	}
 }
+
+// mustGet fetches one message from queue without acknowledging it, and
+// fails the test if the queue is empty.
+func (e *env) mustGet(queue string) amqp.Delivery {
+	e.t.Helper()
+	d, ok := e.get(queue)
+	if !ok {
+		e.t.Fatalf("get %s: queue empty", queue)
+	}
+	return d
+}
+
+// serverErr is the *amqp.Error a broker closes with for code and reason.
+// Recover marks AMQP 0-9-1's soft errors, which close only the channel;
+// the list is the specification's, written out here rather than taken from
+// the model's isSoftCode, so that the tests check the model against it.
+func serverErr(code int, reason string) *amqp.Error {
+	soft := code == 311 || code == 312 || code == 313 || code == 403 || code == 404 || code == 405 || code == 406
+	return &amqp.Error{Code: code, Reason: reason, Server: true, Recover: soft}
+}

@@ -154,7 +154,7 @@ func TestPublishToMissingExchangeClosesChannel(t *testing.T) {
 			if err := e.ch.Publish(x, "q", false, false, amqp.Publishing{Body: []byte("m")}); err != nil {
 				t.Fatalf("Publish returned %v, want nil", err)
 			}
-			qqClosedWith(t, errs, qqServerErr(amqp.NotFound, "NOT_FOUND - no exchange '"+x+"' in vhost '/'"))
+			qqClosedWith(t, errs, serverErr(amqp.NotFound, "NOT_FOUND - no exchange '"+x+"' in vhost '/'"))
 			if err := e.ch.Publish("", "q", false, false, amqp.Publishing{}); !errors.Is(err, amqp.ErrClosed) {
 				t.Fatalf("Publish after the close = %v, want amqp.ErrClosed", err)
 			}
@@ -186,7 +186,7 @@ func TestPublishInvalidExpirationClosesChannel(t *testing.T) {
 				if err := e.ch.Publish("", key, true, false, amqp.Publishing{Expiration: c.exp}); err != nil {
 					t.Fatalf("Publish returned %v, want nil", err)
 				}
-				qqClosedWith(t, errs, qqServerErr(amqp.PreconditionFailed,
+				qqClosedWith(t, errs, serverErr(amqp.PreconditionFailed,
 					"PRECONDITION_FAILED - invalid expiration '"+c.exp+"': "+c.reason))
 				qqWantReady(e, "q", 0, 0)
 			})
@@ -209,7 +209,7 @@ func TestPublishCCAndBCCRoute(t *testing.T) {
 		"CC": []any{"cc", "to", "missing"}, "BCC": []any{"bcc", "cc"}, "k": "v"}})
 	wantHeaders := amqp.Table{"CC": []any{"cc", "to", "missing"}, "k": "v"}
 	for _, q := range []string{"to", "cc", "bcc"} {
-		d := qqMustGet(e, q)
+		d := e.mustGet(q)
 		if diff := cmp.Diff(wantHeaders, d.Headers); diff != "" {
 			t.Errorf("%s headers (-want +got):\n%s", q, diff)
 		}
@@ -225,7 +225,7 @@ func TestPublishCCAndBCCRoute(t *testing.T) {
 	// Through BCC alone, to a queue the routing key does not name. The
 	// header table is left empty, not absent (seen live on 4.0.5).
 	e.publish("missing", "b", amqp.Publishing{Headers: amqp.Table{"BCC": []any{"other"}}})
-	d := qqMustGet(e, "other")
+	d := e.mustGet("other")
 	if diff := cmp.Diff(amqp.Table{}, d.Headers); diff != "" || d.RoutingKey != "missing" {
 		t.Fatalf("BCC-only copy: key %q (want missing), headers (-want +got):\n%s", d.RoutingKey, diff)
 	}
@@ -253,7 +253,7 @@ func TestPublishPropertiesRoundTrip(t *testing.T) {
 		CorrelationId: "cid", ReplyTo: "rt", Expiration: "60000", MessageId: "mid", Timestamp: ts,
 		Type: "ty", UserId: "guest", AppId: "app",
 	})
-	got := qqMustGet(e, "q")
+	got := e.mustGet("q")
 	sec := time.Unix(ts.Unix(), 0)
 	want := amqp.Delivery{
 		Headers: amqp.Table{
@@ -276,7 +276,7 @@ func TestPublishPropertiesRoundTrip(t *testing.T) {
 
 	// amqp091 does not send an empty header table: it arrives absent.
 	e.publish("q", "empty", amqp.Publishing{Headers: amqp.Table{}})
-	if d := qqMustGet(e, "q"); d.Headers != nil {
+	if d := e.mustGet("q"); d.Headers != nil {
 		t.Fatalf("empty header table delivered as %#v, want nil", d.Headers)
 	}
 }
@@ -292,7 +292,7 @@ func TestPublishUserIDMustBeGuest(t *testing.T) {
 	if err := e.ch.Publish("", "q", false, false, amqp.Publishing{UserId: "x"}); err != nil {
 		t.Fatalf("Publish returned %v, want nil", err)
 	}
-	qqClosedWith(t, errs, qqServerErr(amqp.PreconditionFailed,
+	qqClosedWith(t, errs, serverErr(amqp.PreconditionFailed,
 		"PRECONDITION_FAILED - user_id property set to 'x' but authenticated user was 'guest'"))
 	qqWantReady(e, "q", 0, 0)
 }
@@ -309,13 +309,13 @@ func TestPublishBodiesAreCopied(t *testing.T) {
 			body := []byte("hello")
 			e.ch.Publish("", "q", false, false, amqp.Publishing{Body: body})
 			copy(body, "XXXXX")
-			d := qqMustGet(e, "q")
+			d := e.mustGet("q")
 			if string(d.Body) != "hello" {
 				t.Fatalf("delivered %q after mutating the published slice", d.Body)
 			}
 			copy(d.Body, "YYYYY")
 			d.Reject(true)
-			if d := qqMustGet(e, "q"); string(d.Body) != "hello" {
+			if d := e.mustGet("q"); string(d.Body) != "hello" {
 				t.Fatalf("redelivered %q after mutating a delivered body", d.Body)
 			}
 		})
@@ -373,7 +373,7 @@ func TestPublishRefusesUnsupportedHeaderValues(t *testing.T) {
 	}
 	qqWantReady(e, "q", 0, 0)
 	e.publish("q", "m", amqp.Publishing{Headers: amqp.Table{"u16": uint16(3), "u32": uint32(4)}})
-	if d := qqMustGet(e, "q"); !cmp.Equal(d.Headers, amqp.Table{"u16": uint16(3), "u32": uint32(4)}) {
+	if d := e.mustGet("q"); !cmp.Equal(d.Headers, amqp.Table{"u16": uint16(3), "u32": uint32(4)}) {
 		t.Fatalf("headers %v", d.Headers)
 	}
 }

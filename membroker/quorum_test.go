@@ -23,16 +23,6 @@ func qqDeclare(e *env, name string, args amqp.Table) {
 	e.declare(name, a)
 }
 
-// qqMustGet fetches one message with manual ack and fails if none is ready.
-func qqMustGet(e *env, queue string) amqp.Delivery {
-	e.t.Helper()
-	d, ok := e.get(queue)
-	if !ok {
-		e.t.Fatalf("get %s: queue empty", queue)
-	}
-	return d
-}
-
 // qqCount renders a quorum delivery's counters as RabbitMQ shows them:
 // "-" for an absent header.
 func qqCount(d amqp.Delivery, header string) string {
@@ -90,13 +80,6 @@ func qqWantReady(e *env, queue string, ready, unacked int) {
 	}
 }
 
-// qqServerErr is the *amqp.Error amqp091 builds for a channel.close or
-// connection.close sent by the server.
-func qqServerErr(code int, reason string) *amqp.Error {
-	soft := code == 403 || code == 404 || code == 405 || code == 406 || code == 311 || code == 312 || code == 313
-	return &amqp.Error{Code: code, Reason: reason, Server: true, Recover: soft}
-}
-
 // qqClosedWith takes the error a NotifyClose listener must already hold and
 // compares it with want.
 func qqClosedWith(t *testing.T, c <-chan *amqp.Error, want *amqp.Error) {
@@ -126,7 +109,7 @@ func TestQuorumDeliveryCountHeaderCountsReturns(t *testing.T) {
 	e.publish("q", "m", amqp.Publishing{})
 	var got []qqSeen
 	for i := 0; i < 6; i++ {
-		d := qqMustGet(e, "q")
+		d := e.mustGet("q")
 		got = append(got, qqSee(d))
 		if i%2 == 0 {
 			d.Nack(false, true)
@@ -245,7 +228,7 @@ func TestQuorumDeliveryLimitDeadLetters(t *testing.T) {
 				}
 				return h
 			}
-			d := qqMustGet(e, "dlq")
+			d := e.mustGet("dlq")
 			if diff := cmp.Diff(death(amqp.Table{"app": "x"}), d.Headers); diff != "" {
 				t.Errorf("m: dead letter headers (-want +got):\n%s", diff)
 			}
@@ -253,7 +236,7 @@ func TestQuorumDeliveryLimitDeadLetters(t *testing.T) {
 				t.Errorf("m: priority=%d redelivered=%v exchange=%q key=%q body=%q; want 7 false \"\" dlq m",
 					d.Priority, d.Redelivered, d.Exchange, d.RoutingKey, d.Body)
 			}
-			d = qqMustGet(e, "dlq")
+			d = e.mustGet("dlq")
 			want := death(nil)
 			want["x-death"].([]any)[0].(amqp.Table)["original-expiration"] = "60000"
 			if diff := cmp.Diff(want, d.Headers); diff != "" {
@@ -275,9 +258,9 @@ func TestQuorumNegativeDeliveryLimitDisables(t *testing.T) {
 			qqDeclare(e, "q", amqp.Table{"x-delivery-limit": -1})
 			e.publish("q", "m", amqp.Publishing{})
 			for i := 0; i < 40; i++ {
-				qqMustGet(e, "q").Reject(true)
+				e.mustGet("q").Reject(true)
 			}
-			d := qqMustGet(e, "q")
+			d := e.mustGet("q")
 			if got := qqCount(d, "x-delivery-count"); got != "40" {
 				t.Fatalf("x-delivery-count after 40 rejects = %s, want 40", got)
 			}
@@ -291,7 +274,7 @@ func TestQuorumDeliveryLimitZeroDropsOnFirstReturn(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	qqDeclare(e, "q", amqp.Table{"x-delivery-limit": 0})
 	e.publish("q", "m", amqp.Publishing{})
-	qqMustGet(e, "q").Reject(true)
+	e.mustGet("q").Reject(true)
 	qqWantReady(e, "q", 0, 0)
 }
 
@@ -304,8 +287,8 @@ func TestQuorumRabbitMQ40CountsEveryReturn(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	qqDeclare(e, "q", nil)
 	e.publish("q", "m", amqp.Publishing{})
-	qqMustGet(e, "q").Reject(true)
-	qqMustGet(e, "q").Nack(false, true)
+	e.mustGet("q").Reject(true)
+	e.mustGet("q").Nack(false, true)
 	ch2 := e.channel()
 	if _, ok, err := ch2.Get("q", false); !ok || err != nil {
 		t.Fatalf("get on second channel: ok=%v err=%v", ok, err)
@@ -317,7 +300,7 @@ func TestQuorumRabbitMQ40CountsEveryReturn(t *testing.T) {
 		t.Fatalf("get on second connection: ok=%v err=%v", ok, err)
 	}
 	conn2.Close()
-	got := qqSee(qqMustGet(e, "q"))
+	got := qqSee(e.mustGet("q"))
 	if diff := cmp.Diff(qqSeen{"m", true, "4", "-"}, got); diff != "" {
 		t.Fatalf("after reject, nack, channel close, connection close (-want +got):\n%s", diff)
 	}
@@ -325,8 +308,8 @@ func TestQuorumRabbitMQ40CountsEveryReturn(t *testing.T) {
 	// Nacks alone reach the limit.
 	qqDeclare(e, "lim", amqp.Table{"x-delivery-limit": 1})
 	e.publish("lim", "m", amqp.Publishing{})
-	qqMustGet(e, "lim").Nack(false, true)
-	qqMustGet(e, "lim").Nack(false, true)
+	e.mustGet("lim").Nack(false, true)
+	e.mustGet("lim").Nack(false, true)
 	qqWantReady(e, "lim", 0, 0)
 }
 
@@ -340,13 +323,13 @@ func TestQuorumRabbitMQ43CountsFailedDeliveriesOnly(t *testing.T) {
 	qqDeclare(e, "q", nil)
 	e.publish("q", "m", amqp.Publishing{})
 	var got []qqSeen
-	d := qqMustGet(e, "q")
+	d := e.mustGet("q")
 	got = append(got, qqSee(d))
 	d.Nack(false, true)
-	d = qqMustGet(e, "q")
+	d = e.mustGet("q")
 	got = append(got, qqSee(d))
 	d.Reject(true)
-	d = qqMustGet(e, "q")
+	d = e.mustGet("q")
 	got = append(got, qqSee(d))
 	d.Nack(false, true)
 	ch2 := e.channel()
@@ -354,7 +337,7 @@ func TestQuorumRabbitMQ43CountsFailedDeliveriesOnly(t *testing.T) {
 		t.Fatalf("get on second channel: ok=%v err=%v", ok, err)
 	}
 	ch2.Close()
-	got = append(got, qqSee(qqMustGet(e, "q")))
+	got = append(got, qqSee(e.mustGet("q")))
 	want := []qqSeen{
 		{"m", false, "-", "-"},
 		{"m", true, "-", "1"}, // nack: acquired only
@@ -370,10 +353,10 @@ func TestQuorumRabbitMQ43CountsFailedDeliveriesOnly(t *testing.T) {
 	qqDeclare(e, "lim", amqp.Table{"x-delivery-limit": 1})
 	e.publish("lim", "m", amqp.Publishing{})
 	for i := 0; i < 5; i++ {
-		qqMustGet(e, "lim").Nack(false, true)
+		e.mustGet("lim").Nack(false, true)
 	}
-	qqMustGet(e, "lim").Reject(true)
-	if got := qqSee(qqMustGet(e, "lim")); got != (qqSeen{"m", true, "1", "6"}) {
+	e.mustGet("lim").Reject(true)
+	if got := qqSee(e.mustGet("lim")); got != (qqSeen{"m", true, "1", "6"}) {
 		t.Fatalf("after 5 nacks and a reject: %+v, want x-delivery-count 1, x-acquired-count 6", got)
 	}
 	e.b.CloseChannel(e.ch, nil) // the second failed delivery
@@ -394,8 +377,8 @@ func TestQuorumReturnsGoToFrontInReturnOrder(t *testing.T) {
 			e := newEnv(t, v)
 			qqDeclare(e, "q", nil)
 			qqPublishN(e, "q", "m", 4, 0)
-			m0 := qqMustGet(e, "q")
-			m1 := qqMustGet(e, "q")
+			m0 := e.mustGet("q")
+			m1 := e.mustGet("q")
 			m1.Reject(true)
 			m0.Reject(true)
 			var got []string
@@ -417,9 +400,9 @@ func TestQuorumNackMultipleReturnsOldestFirst(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	qqDeclare(e, "q", nil)
 	qqPublishN(e, "q", "m", 4, 0)
-	qqMustGet(e, "q")
-	qqMustGet(e, "q")
-	last := qqMustGet(e, "q")
+	e.mustGet("q")
+	e.mustGet("q")
+	last := e.mustGet("q")
 	if err := e.ch.Nack(last.DeliveryTag, true, true); err != nil {
 		t.Fatal(err)
 	}
@@ -486,12 +469,12 @@ func TestQuorumUnlimitedExplicitRequeue(t *testing.T) {
 				return out
 			}
 			qqPublishN(e, "q", "m", 3, 0)
-			qqMustGet(e, "q").Reject(true)
+			e.mustGet("q").Reject(true)
 			if diff := cmp.Diff(explicit, bodies()); diff != "" {
 				t.Errorf("after reject (-want +got):\n%s", diff)
 			}
 			qqPublishN(e, "q", "m", 3, 0)
-			qqMustGet(e, "q").Nack(false, true)
+			e.mustGet("q").Nack(false, true)
 			if diff := cmp.Diff(explicit, bodies()); diff != "" {
 				t.Errorf("after nack (-want +got):\n%s", diff)
 			}
@@ -518,7 +501,7 @@ func TestQuorum40UnlimitedRequeueLosesHighTier(t *testing.T) {
 	e.publish("q", "h", amqp.Publishing{Priority: 10})
 	e.publish("q", "l0", amqp.Publishing{})
 	e.publish("q", "l1", amqp.Publishing{})
-	d := qqMustGet(e, "q")
+	d := e.mustGet("q")
 	if string(d.Body) != "h" {
 		t.Fatalf("first get = %q, want h", d.Body)
 	}
@@ -609,7 +592,7 @@ func TestQuorum40ReturnsDoNotAdvancePriorityCounter(t *testing.T) {
 	e := newEnv(t, RabbitMQ40)
 	qqDeclare(e, "q", nil)
 	e.publish("q", "n0", amqp.Publishing{})
-	qqMustGet(e, "q").Reject(true)
+	e.mustGet("q").Reject(true)
 	qqPublishN(e, "q", "l", 3, 0)
 	qqPublishN(e, "q", "h", 3, 10)
 	want := []string{"n0", "h0", "l0", "h1", "h2", "l1", "l2"}
@@ -639,7 +622,7 @@ func TestQuorum43StrictPriorities(t *testing.T) {
 
 	// A returned low-priority message is served before a waiting high one.
 	e.publish("q", "low", amqp.Publishing{Priority: 1})
-	qqMustGet(e, "q").Reject(true)
+	e.mustGet("q").Reject(true)
 	e.publish("q", "high", amqp.Publishing{Priority: 20})
 	if diff := cmp.Diff([]string{"low", "high"}, e.drain("q")); diff != "" {
 		t.Errorf("returns first (-want +got):\n%s", diff)
@@ -787,7 +770,7 @@ func TestQuorum40DeadLetterCarriesDeliveryCount(t *testing.T) {
 	e.declare("dlq", amqp.Table{"x-queue-type": "quorum"})
 	qqDeclare(e, "src", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
 	e.publish("src", "m", amqp.Publishing{})
-	if err := qqMustGet(e, "src").Reject(true); err != nil { // acquired 1, delivery 0
+	if err := e.mustGet("src").Reject(true); err != nil { // acquired 1, delivery 0
 		t.Fatal(err)
 	}
 	ch := e.channel()
@@ -797,17 +780,17 @@ func TestQuorum40DeadLetterCarriesDeliveryCount(t *testing.T) {
 	// Closing the channel returns it: acquired 2, delivery 1.
 	ch.Close()
 	// Rejecting it without requeue: delivery 2.
-	if err := qqMustGet(e, "src").Reject(false); err != nil {
+	if err := e.mustGet("src").Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	d := qqMustGet(e, "dlq")
+	d := e.mustGet("dlq")
 	if got, want := qqSee(d), (qqSeen{Body: "m", Redelivered: true, Count: "2", Acquired: "-"}); got != want {
 		t.Fatalf("first delivery from the quorum target: %+v, want %+v", got, want)
 	}
 	if err := d.Reject(true); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := qqSee(qqMustGet(e, "dlq")), (qqSeen{Body: "m", Redelivered: true, Count: "1", Acquired: "-"}); got != want {
+	if got, want := qqSee(e.mustGet("dlq")), (qqSeen{Body: "m", Redelivered: true, Count: "1", Acquired: "-"}); got != want {
 		t.Fatalf("after a return in the quorum target: %+v, want %+v", got, want)
 	}
 
@@ -815,17 +798,17 @@ func TestQuorum40DeadLetterCarriesDeliveryCount(t *testing.T) {
 	e.declare("mid", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "last"})
 	qqDeclare(e, "first", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "mid"})
 	e.publish("first", "n", amqp.Publishing{})
-	if err := qqMustGet(e, "first").Reject(false); err != nil {
+	if err := e.mustGet("first").Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	d = qqMustGet(e, "mid")
+	d = e.mustGet("mid")
 	if got, want := qqSee(d), (qqSeen{Body: "n", Count: "-", Acquired: "-"}); got != want {
 		t.Fatalf("delivery from the classic queue in between: %+v, want %+v", got, want)
 	}
 	if err := d.Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := qqSee(qqMustGet(e, "last")), (qqSeen{Body: "n", Redelivered: true, Count: "1", Acquired: "-"}); got != want {
+	if got, want := qqSee(e.mustGet("last")), (qqSeen{Body: "n", Redelivered: true, Count: "1", Acquired: "-"}); got != want {
 		t.Fatalf("delivery from the quorum queue behind the classic one: %+v, want %+v", got, want)
 	}
 }

@@ -20,7 +20,7 @@ func TestReuseLendsTableAndBodyToALaterDelivery(t *testing.T) {
 	e.publish("q", "second", amqp.Publishing{Headers: amqp.Table{"c": "3"}})
 	e.publish("q", "", amqp.Publishing{Headers: amqp.Table{"d": "4"}})
 
-	first := qqMustGet(e, "q")
+	first := e.mustGet("q")
 	table := reflect.ValueOf(first.Headers).Pointer()
 	body := unsafe.SliceData(first.Body)
 	e.b.Reuse(&first)
@@ -28,7 +28,7 @@ func TestReuseLendsTableAndBodyToALaterDelivery(t *testing.T) {
 		t.Fatalf("Reuse left the delivery holding %v and %q", first.Headers, first.Body)
 	}
 
-	second := qqMustGet(e, "q")
+	second := e.mustGet("q")
 	if diff := cmp.Diff(amqp.Table{"c": "3"}, second.Headers); diff != "" || string(second.Body) != "second" {
 		t.Fatalf("second delivery: body %q, headers (-want +got):\n%s", second.Body, diff)
 	}
@@ -36,7 +36,7 @@ func TestReuseLendsTableAndBodyToALaterDelivery(t *testing.T) {
 		t.Fatal("the second delivery did not reuse the first one's table and body")
 	}
 	e.b.Reuse(&second)
-	third := qqMustGet(e, "q")
+	third := e.mustGet("q")
 	if third.Body != nil || !cmp.Equal(third.Headers, amqp.Table{"d": "4"}) {
 		t.Fatalf("third delivery: body %#v, headers %v", third.Body, third.Headers)
 	}
@@ -65,11 +65,11 @@ func TestReuseTakesBackDeathRecords(t *testing.T) {
 	e.publish("hold", "two", amqp.Publishing{Headers: amqp.Table{"k": "v"}})
 	e.advance(1000 * time.Millisecond)
 
-	first := qqMustGet(e, "q")
+	first := e.mustGet("q")
 	record := first.Headers["x-death"].([]any)[0].(amqp.Table)
 	recordPtr := reflect.ValueOf(record).Pointer()
 	e.b.Reuse(&first)
-	second := qqMustGet(e, "q")
+	second := e.mustGet("q")
 	xd := second.Headers["x-death"].([]any)
 	got := xd[0].(amqp.Table)
 	want := amqp.Table{"count": int64(1), "reason": "expired", "queue": "hold", "exchange": "",

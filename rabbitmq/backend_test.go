@@ -272,19 +272,6 @@ func TestDeclareRefusesOverLongNameBeforeTheBroker(t *testing.T) {
 	}
 }
 
-func TestOverLongNamesNeverReachTheClient(t *testing.T) {
-	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
-	long := strings.Repeat("q", 300)
-	err := r.b.Publish(t.Context(), testJob(long, "j1", 0), 0, queuey.HoldRetry)
-	if err == nil || errors.Is(err, membroker.ErrNameTooLong) || !strings.Contains(err.Error(), "300 bytes") {
-		t.Fatalf("Publish to a 300-byte name: %v; want the backend's own refusal", err)
-	}
-	_, err = r.b.Consume(t.Context(), long, 1)
-	if err == nil || errors.Is(err, membroker.ErrNameTooLong) || !strings.Contains(err.Error(), "300 bytes") {
-		t.Fatalf("Consume of a 300-byte name: %v; want the backend's own refusal", err)
-	}
-}
-
 func TestRefusedDeclarationLeavesPublishingAndHoldsWorking(t *testing.T) {
 	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
 	r.declare(queuey.QueueConfig{Name: "jobs"})
@@ -578,37 +565,6 @@ func TestRefusedHoldDeclarationDoesNotDisableLaterHolds(t *testing.T) {
 	r.publish(testJob("jobs", "j3", 0), 0, queuey.HoldRetry)
 	if r.ready("jobs.deferred.2000") != 1 || r.ready("jobs") != 1 || r.ready("jobs.deferred.1000") != 0 {
 		t.Fatalf("queues after a refused hold: %+v", r.broker.Queues())
-	}
-}
-
-// A process of an older build declared jobs.deferred.1000 with x-expires
-// 2 × TTL: the refusal says what happened and what to do, and still wraps
-// the broker's 406.
-func TestHoldQueueOfAnOlderBuildIsExplained(t *testing.T) {
-	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
-	r.declare(queuey.QueueConfig{Name: "jobs"})
-	old := holdQueueArgs("jobs", 1000)
-	old["x-expires"] = int64(2000)
-	if _, err := r.raw.QueueDeclare("jobs.deferred.1000", true, false, false, false, old); err != nil {
-		t.Fatal(err)
-	}
-	err := r.b.Publish(t.Context(), testJob("jobs", "j1", 0), time.Second, queuey.HoldRetry)
-	var amqpErr *amqp.Error
-	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.PreconditionFailed {
-		t.Fatalf("hold into an older build's hold queue: %v; want a 406", err)
-	}
-	for _, want := range []string{`"jobs.deferred.1000"`, "x-expires 2000 ms (2 × TTL)", "older queuey", "this build declares 61000 ms", "Upgrade every process", "Hold-queue expiry", "inequivalent arg 'x-expires'"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error does not say %q:\n%v", want, err)
-		}
-	}
-	// Another mismatch is not blamed on an older build.
-	if _, err := r.raw.QueueDeclare("jobs.deferred.2000", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	err = r.b.Publish(t.Context(), testJob("jobs", "j2", 0), 2*time.Second, queuey.HoldRetry)
-	if err == nil || strings.Contains(err.Error(), "older queuey") {
-		t.Fatalf("hold into a hold queue declared without arguments: %v; want the plain 406", err)
 	}
 }
 
@@ -943,56 +899,6 @@ func TestBrokerCancelIsReportedByErr(t *testing.T) {
 	awaitEnded(t, c)
 	if err := c.Err(); err == nil || !strings.Contains(err.Error(), "cancelled by the broker") {
 		t.Fatalf("Err after the queue was deleted: %v", err)
-	}
-}
-
-func TestCloseClosesChannelsNotConnection(t *testing.T) {
-	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
-	r.declare(queuey.QueueConfig{Name: "jobs"})
-	r.publish(testJob("jobs", "j1", 0), time.Second, queuey.HoldRetry) // opens the hold channel
-	r.publish(testJob("jobs", "j2", 0), 0, queuey.HoldRetry)
-	c, err := r.b.Consume(t.Context(), "jobs", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := receiveDelivery(t, c)
-
-	if err := r.b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.b.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	if awaitEnded(t, c); c.Err() != nil {
-		t.Fatalf("consumer Err after Backend.Close: %v", c.Err())
-	}
-	if err := d.Ack(); err == nil {
-		t.Fatal("Ack after Backend.Close succeeded")
-	}
-	if info, _ := r.broker.Queue("jobs"); info.Ready != 1 || info.Unacked != 0 {
-		t.Fatalf("after Close: %+v; want the delivery requeued", info)
-	}
-	if r.conn.IsClosed() {
-		t.Fatal("Close closed the connection")
-	}
-	for name, err := range map[string]error{
-		"Declare":    r.b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs"}),
-		"Publish":    r.b.Publish(t.Context(), testJob("jobs", "j3", 0), 0, queuey.HoldRetry),
-		"DeadLetter": r.b.DeadLetter(t.Context(), "jobs", []byte("x"), "fatal", 1),
-		"Consume":    func() error { _, err := r.b.Consume(t.Context(), "jobs", 1); return err }(),
-	} {
-		if !errors.Is(err, ErrBackendClosed) {
-			t.Errorf("%s after Close: %v; want ErrBackendClosed", name, err)
-		}
-	}
-	// The connection serves a new backend.
-	b2, err := New(Channels(r.conn.Channel), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b2.Close()
-	if err := b2.Publish(t.Context(), testJob("jobs", "j4", 0), 0, queuey.HoldRetry); err != nil {
-		t.Fatal(err)
 	}
 }
 
