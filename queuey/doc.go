@@ -2,13 +2,49 @@
 // are never released early, rate-limit deferrals that spend no attempt and
 // come back ahead of the backlog, and dead-letter queues that say why.
 //
-// This package is the broker-independent core: jobs (JobArgs, Job,
-// Handler), the Producer and the Worker, the envelope a job travels in
-// (Envelope), the retry policy (RetryPolicy), the errors a handler returns
-// to say what should happen to its job (Defer, Fatal; any other error
-// retries), and Observer, through which metrics and traces see what
-// happens to jobs (package queueyotel). Backend is the seam to a broker: package
-// github.com/queuey/queuey/rabbitmq implements it on RabbitMQ (or on
-// membroker, the in-memory model), and documents the topology; package
-// queueytest runs jobs in tests, in virtual time.
+// This package is the broker-independent core. Backend is the seam to a
+// broker: package github.com/queuey/queuey/rabbitmq implements it on
+// RabbitMQ (or on membroker, the in-memory model) and documents the
+// topology; package queueytest runs jobs in tests, in virtual time.
+//
+// # Jobs
+//
+// A job's arguments are a type that implements JobArgs: its Kind selects
+// the handler and its Queue the work queue. A Producer enqueues jobs
+// (Enqueue now, EnqueueAfter a delay at the back of the queue, Defer a
+// delay ahead of the backlog) and returns once the broker has confirmed
+// each. A job travels in an Envelope, whose wire format is documented on
+// the type.
+//
+// # Handlers and what their results mean
+//
+// A Worker runs the handlers registered with Register, at most the queue's
+// prefetch of them at once per queue. The handler's error says what
+// happens to the job:
+//
+//   - nil: it is done;
+//   - Defer(d, reason): it comes back after d at the queue's top priority,
+//     its deferral counted and no attempt spent;
+//   - Fatal(err), or a kind with no handler: it goes to the dead-letter
+//     queue at once, with the reason;
+//   - any other error, or a panic: it is retried after the RetryPolicy's
+//     backoff, and dead-lettered when its attempts run out.
+//
+// Every successor (retry, deferral, dead letter) is confirmed by the broker
+// before the delivery is acknowledged, so a job is never lost between the
+// two; at worst it runs again.
+//
+// # Stopping, outages and errors
+//
+// Run stops when its context ends, giving running handlers StopTimeout to
+// finish. On a supervised rabbitmq backend it survives dropped connections.
+// Errors are matched with errors.Is: ErrMaybeEnqueued (sent, never
+// confirmed), ErrJobTooLarge, ErrDelayTooLong, ErrUnknownQueue,
+// ErrMalformedEnvelope.
+//
+// # Observing
+//
+// WorkerConfig.Middleware wraps every handler run. An Observer
+// (ProducerConfig.Observer, WorkerConfig.Observer) sees every enqueue, run
+// and outcome; package queueyotel implements it with OpenTelemetry.
 package queuey

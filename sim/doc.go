@@ -3,6 +3,8 @@
 // clock, on one goroutine, and checks queuey's guarantees as invariants on
 // every run.
 //
+// # Scenarios
+//
 // A Scenario describes queues with their arrival processes, a handler
 // outcome model (success, retryable and fatal failures, rate limits with a
 // Retry-After, handler durations, poison jobs, malformed bodies), workers,
@@ -14,10 +16,14 @@
 // queues over time, declarations per second, and every invariant violation
 // with the trace that shows it.
 //
+// # Determinism
+//
 // Everything random is drawn from the scenario's seed, per job and per run
 // of its handler, so the same job meets the same fate whatever else
 // happens (which makes runs at different granularities comparable), and
 // the same scenario gives the same trace byte for byte (Result.TraceHash).
+//
+// # Invariants
 //
 // The invariants, checked as the run goes:
 //
