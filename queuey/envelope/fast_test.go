@@ -1,4 +1,4 @@
-package queuey
+package envelope
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func encodeWithEncodingJSON(t *rapid.T, e Envelope) []byte {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	err := enc.Encode(envelopeWire{
-		Version: EnvelopeVersion, ID: e.ID, Kind: e.Kind, Queue: e.Queue, Payload: e.Payload,
+		Version: Version, ID: e.ID, Kind: e.Kind, Queue: e.Queue, Payload: e.Payload,
 		Attempt: e.Attempt, Deferrals: e.Deferrals, Priority: e.Priority,
 		EnqueuedAt: e.EnqueuedAt.UTC().Format(envelopeTimeLayout), Ext: e.Ext,
 	})
@@ -145,7 +145,7 @@ func TestCanonicalDecodeAgreesWithGeneral(t *testing.T) {
 	if !ok {
 		t.Fatalf("the fast path refused a plain envelope: %s", body)
 	}
-	plain.Version = EnvelopeVersion
+	plain.Version = Version
 	if diff := cmp.Diff(plain, got); diff != "" {
 		t.Fatalf("fast path (-want +got):\n%s", diff)
 	}
@@ -242,7 +242,7 @@ func TestDecodedEnvelopeDoesNotReferToTheBody(t *testing.T) {
 	general := `{"v":1, "id":"j1","kind":"email","queue":"q","payload":{"to": "a@b"},"attempt":1,"deferrals":0,"priority":0,"enqueued_at":"2026-01-02T03:04:05.000000006Z","ext":{"x":[1]}}`
 	for name, text := range map[string]string{"canonical": canonical, "general": general} {
 		body := []byte(text)
-		e, err := DecodeEnvelope(body)
+		e, err := Decode(body)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -1,4 +1,4 @@
-package queuey
+package envelope
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // by hand because encoding a job is on every publish's path.
 func appendEnvelope(b []byte, e Envelope) []byte {
 	b = append(b, `{"v":`...)
-	b = strconv.AppendInt(b, EnvelopeVersion, 10)
+	b = strconv.AppendInt(b, Version, 10)
 	b = append(b, `,"id":`...)
 	b = appendJSONString(b, e.ID)
 	b = append(b, `,"kind":`...)
@@ -117,7 +117,7 @@ func appendJSONString(b []byte, s string) []byte {
 // decodeCanonicalEnvelope decodes body when it is exactly in the form Encode
 // writes, without extension fields or escaped strings: the common case,
 // read without building a member map. ok is false for anything else, which
-// DecodeEnvelope then reads the general way. Whatever it accepts,
+// Decode then reads the general way. Whatever it accepts,
 // the general decoder accepts with the same result
 // (TestCanonicalDecodeAgreesWithGeneral and FuzzDecodeEnvelope hold it to
 // that).
@@ -126,7 +126,7 @@ func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
 	if !p.lit(`{"v":1,"id":`) {
 		return Envelope{}, false
 	}
-	e.Version = EnvelopeVersion
+	e.Version = Version
 	if e.ID, ok = p.str(); !ok || e.ID == "" || !p.lit(`,"kind":`) {
 		return Envelope{}, false
 	}

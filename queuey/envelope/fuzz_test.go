@@ -1,4 +1,4 @@
-package queuey_test
+package envelope_test
 
 import (
 	"bytes"
@@ -8,11 +8,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/queuey/envelope"
 )
 
-// FuzzDecodeEnvelope checks that DecodeEnvelope never panics, that every
-// error it returns is an *EnvelopeError matching ErrMalformedEnvelope, and
+// FuzzDecodeEnvelope checks that Decode never panics, that every
+// error it returns is an *Error matching ErrMalformed, and
 // that any body it accepts encodes, decodes again to an equal Envelope, and
 // encodes again to the same bytes.
 //
@@ -51,31 +51,31 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, body []byte) {
-		env, err := queuey.DecodeEnvelope(body)
+		env, err := envelope.Decode(body)
 		if err != nil {
-			var envErr *queuey.EnvelopeError
+			var envErr *envelope.Error
 			if !errors.As(err, &envErr) {
-				t.Fatalf("DecodeEnvelope error %v is %T, want *EnvelopeError", err, err)
+				t.Fatalf("Decode error %v is %T, want *Error", err, err)
 			}
-			if !errors.Is(err, queuey.ErrMalformedEnvelope) {
-				t.Fatalf("DecodeEnvelope error %v does not match ErrMalformedEnvelope", err)
+			if !errors.Is(err, envelope.ErrMalformed) {
+				t.Fatalf("Decode error %v does not match ErrMalformed", err)
 			}
-			if diff := cmp.Diff(queuey.Envelope{}, env); diff != "" {
-				t.Fatalf("DecodeEnvelope returned a partial envelope with its error (-want +got):\n%s", diff)
+			if diff := cmp.Diff(envelope.Envelope{}, env); diff != "" {
+				t.Fatalf("Decode returned a partial envelope with its error (-want +got):\n%s", diff)
 			}
 			return
 		}
 
-		if env.Version != queuey.EnvelopeVersion || env.ID == "" || env.Kind == "" || env.Queue == "" ||
+		if env.Version != envelope.Version || env.ID == "" || env.Kind == "" || env.Queue == "" ||
 			env.Attempt < 1 || env.Deferrals < 0 || env.EnqueuedAt.Location() != time.UTC {
-			t.Fatalf("DecodeEnvelope(%q) accepted an envelope that breaks the format: %+v", body, env)
+			t.Fatalf("Decode(%q) accepted an envelope that breaks the format: %+v", body, env)
 		}
 
 		encoded, err := env.Encode()
 		if err != nil {
 			t.Fatalf("decoded envelope does not encode: %v\nbody: %q\nenvelope: %+v", err, body, env)
 		}
-		again, err := queuey.DecodeEnvelope(encoded)
+		again, err := envelope.Decode(encoded)
 		if err != nil {
 			t.Fatalf("encoded envelope does not decode: %v\nbody: %q\nencoded: %q", err, body, encoded)
 		}

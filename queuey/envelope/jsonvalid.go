@@ -1,4 +1,4 @@
-package queuey
+package envelope
 
 // validJSON reports whether b is one JSON value with optional surrounding
 // whitespace: exactly what encoding/json.Valid reports (FuzzValidJSON holds

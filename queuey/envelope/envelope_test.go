@@ -1,4 +1,4 @@
-package queuey_test
+package envelope_test
 
 import (
 	"encoding/json"
@@ -11,13 +11,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/queuey/envelope"
 )
 
 // testEnvelope returns a valid envelope that cases modify.
-func testEnvelope() queuey.Envelope {
-	return queuey.Envelope{
-		Version:    queuey.EnvelopeVersion,
+func testEnvelope() envelope.Envelope {
+	return envelope.Envelope{
+		Version:    envelope.Version,
 		ID:         "job-1",
 		Kind:       "send_email",
 		Queue:      "emails",
@@ -85,16 +85,16 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// requireEnvelopeError fails t unless err is an *EnvelopeError for field
-// whose reason contains reason, and matches ErrMalformedEnvelope.
+// requireEnvelopeError fails t unless err is an *Error for field
+// whose reason contains reason, and matches ErrMalformed.
 func requireEnvelopeError(t *testing.T, err error, field, reason string) {
 	t.Helper()
-	var envErr *queuey.EnvelopeError
+	var envErr *envelope.Error
 	if !errors.As(err, &envErr) {
-		t.Fatalf("error = %v (%T), want an *EnvelopeError", err, err)
+		t.Fatalf("error = %v (%T), want an *Error", err, err)
 	}
-	if !errors.Is(err, queuey.ErrMalformedEnvelope) {
-		t.Errorf("errors.Is(%v, ErrMalformedEnvelope) = false, want true", err)
+	if !errors.Is(err, envelope.ErrMalformed) {
+		t.Errorf("errors.Is(%v, ErrMalformed) = false, want true", err)
 	}
 	if envErr.Field != field {
 		t.Errorf("Field = %q, want %q (error: %v)", envErr.Field, field, err)
@@ -107,8 +107,8 @@ func requireEnvelopeError(t *testing.T, err error, field, reason string) {
 func TestEnvelopeEncodeGolden(t *testing.T) {
 	t.Parallel()
 
-	env := queuey.Envelope{
-		Version:    queuey.EnvelopeVersion,
+	env := envelope.Envelope{
+		Version:    envelope.Version,
 		ID:         "01JGX3M4N5P6Q7R8S9T0",
 		Kind:       "call_api",
 		Queue:      "myapp.emails",
@@ -137,9 +137,9 @@ func TestEnvelopeEncodeGolden(t *testing.T) {
 	}
 
 	// Canonical: decoding and encoding again gives the same bytes.
-	decoded, err := queuey.DecodeEnvelope(got)
+	decoded, err := envelope.Decode(got)
 	if err != nil {
-		t.Fatalf("DecodeEnvelope: %v", err)
+		t.Fatalf("Decode: %v", err)
 	}
 	again, err := decoded.Encode()
 	if err != nil {
@@ -155,7 +155,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 
 	now := time.Now() // local, with a monotonic clock reading
 
-	with := func(f func(e *queuey.Envelope)) queuey.Envelope {
+	with := func(f func(e *envelope.Envelope)) envelope.Envelope {
 		e := testEnvelope()
 		f(&e)
 		return e
@@ -163,27 +163,27 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 
 	tests := []struct {
 		name string
-		env  queuey.Envelope
-		want queuey.Envelope // zero: the same as env
+		env  envelope.Envelope
+		want envelope.Envelope // zero: the same as env
 	}{
 		{name: "PayloadObject", env: testEnvelope()},
-		{name: "PayloadArray", env: with(func(e *queuey.Envelope) { e.Payload = json.RawMessage(`[1,"two",{"three":3}]`) })},
-		{name: "PayloadString", env: with(func(e *queuey.Envelope) { e.Payload = json.RawMessage(`"hello"`) })},
-		{name: "PayloadNull", env: with(func(e *queuey.Envelope) { e.Payload = json.RawMessage(`null`) })},
-		{name: "PayloadNumber", env: with(func(e *queuey.Envelope) { e.Payload = json.RawMessage(`-12.5e3`) })},
-		{name: "PayloadBoolean", env: with(func(e *queuey.Envelope) { e.Payload = json.RawMessage(`false`) })},
-		{name: "PayloadHTMLCharactersKept", env: with(func(e *queuey.Envelope) { e.Payload = json.RawMessage(`{"q":"<a href=\"x\">&amp;</a>"}`) })},
-		{name: "PayloadEscapesKept", env: with(func(e *queuey.Envelope) { e.Payload = json.RawMessage(`"\u00e9\n\ud83d\ude00"`) })},
+		{name: "PayloadArray", env: with(func(e *envelope.Envelope) { e.Payload = json.RawMessage(`[1,"two",{"three":3}]`) })},
+		{name: "PayloadString", env: with(func(e *envelope.Envelope) { e.Payload = json.RawMessage(`"hello"`) })},
+		{name: "PayloadNull", env: with(func(e *envelope.Envelope) { e.Payload = json.RawMessage(`null`) })},
+		{name: "PayloadNumber", env: with(func(e *envelope.Envelope) { e.Payload = json.RawMessage(`-12.5e3`) })},
+		{name: "PayloadBoolean", env: with(func(e *envelope.Envelope) { e.Payload = json.RawMessage(`false`) })},
+		{name: "PayloadHTMLCharactersKept", env: with(func(e *envelope.Envelope) { e.Payload = json.RawMessage(`{"q":"<a href=\"x\">&amp;</a>"}`) })},
+		{name: "PayloadEscapesKept", env: with(func(e *envelope.Envelope) { e.Payload = json.RawMessage(`"\u00e9\n\ud83d\ude00"`) })},
 		{
 			name: "PayloadWhitespaceCompacted",
-			env: with(func(e *queuey.Envelope) {
+			env: with(func(e *envelope.Envelope) {
 				e.Payload = json.RawMessage(" {\n  \"to\" : \"a b\" ,\t\"n\": [ 1 , 2 ]\n} ")
 			}),
-			want: with(func(e *queuey.Envelope) { e.Payload = json.RawMessage(`{"to":"a b","n":[1,2]}`) }),
+			want: with(func(e *envelope.Envelope) { e.Payload = json.RawMessage(`{"to":"a b","n":[1,2]}`) }),
 		},
 		{
 			name: "ExtWithKeys",
-			env: with(func(e *queuey.Envelope) {
+			env: with(func(e *envelope.Envelope) {
 				e.Ext = map[string]json.RawMessage{
 					"trace_id": json.RawMessage(`"4bf92f3577b34da6"`),
 					"tenant":   json.RawMessage(`{"id":42}`),
@@ -194,43 +194,43 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		},
 		{
 			name: "ExtEmptyMapDecodesNil",
-			env:  with(func(e *queuey.Envelope) { e.Ext = map[string]json.RawMessage{} }),
+			env:  with(func(e *envelope.Envelope) { e.Ext = map[string]json.RawMessage{} }),
 			want: testEnvelope(),
 		},
 		{
 			name: "TimeNormalisedToUTC",
-			env: with(func(e *queuey.Envelope) {
+			env: with(func(e *envelope.Envelope) {
 				e.EnqueuedAt = time.Date(2025, 1, 2, 12, 34, 5, 0, time.FixedZone("JST", 9*3600))
 			}),
-			want: with(func(e *queuey.Envelope) { e.EnqueuedAt = time.Date(2025, 1, 2, 3, 34, 5, 0, time.UTC) }),
+			want: with(func(e *envelope.Envelope) { e.EnqueuedAt = time.Date(2025, 1, 2, 3, 34, 5, 0, time.UTC) }),
 		},
 		{
 			name: "TimeNanosecondsKept",
-			env:  with(func(e *queuey.Envelope) { e.EnqueuedAt = time.Date(2025, 6, 30, 23, 59, 59, 1, time.UTC) }),
+			env:  with(func(e *envelope.Envelope) { e.EnqueuedAt = time.Date(2025, 6, 30, 23, 59, 59, 1, time.UTC) }),
 		},
 		{
 			name: "TimeMonotonicReadingDropped",
-			env:  with(func(e *queuey.Envelope) { e.EnqueuedAt = now }),
-			want: with(func(e *queuey.Envelope) { e.EnqueuedAt = now.Round(0).UTC() }),
+			env:  with(func(e *envelope.Envelope) { e.EnqueuedAt = now }),
+			want: with(func(e *envelope.Envelope) { e.EnqueuedAt = now.Round(0).UTC() }),
 		},
 		{
 			name: "TimeExtremes",
-			env:  with(func(e *queuey.Envelope) { e.EnqueuedAt = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC) }),
+			env:  with(func(e *envelope.Envelope) { e.EnqueuedAt = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC) }),
 		},
 		{
 			name: "VersionZeroWritesCurrent",
-			env:  with(func(e *queuey.Envelope) { e.Version = 0 }),
+			env:  with(func(e *envelope.Envelope) { e.Version = 0 }),
 			want: testEnvelope(),
 		},
 		{
 			name: "CountersAndPriority",
-			env: with(func(e *queuey.Envelope) {
+			env: with(func(e *envelope.Envelope) {
 				e.Attempt, e.Deferrals, e.Priority = 1<<40, 1<<31, 255
 			}),
 		},
 		{
 			name: "UnicodeStrings",
-			env: with(func(e *queuey.Envelope) {
+			env: with(func(e *envelope.Envelope) {
 				e.ID, e.Kind, e.Queue = "jöb-\u2028-😀", "kind \"quoted\" \\ <&>", "q\x00\t"
 			}),
 		},
@@ -248,9 +248,9 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Encode: %v", err)
 			}
-			got, err := queuey.DecodeEnvelope(body)
+			got, err := envelope.Decode(body)
 			if err != nil {
-				t.Fatalf("DecodeEnvelope(%s): %v", body, err)
+				t.Fatalf("Decode(%s): %v", body, err)
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("round trip mismatch (-want +got):\n%s\nbody: %s", diff, body)
@@ -267,7 +267,7 @@ func TestDecodeEnvelope(t *testing.T) {
 	t.Parallel()
 
 	want := testEnvelope()
-	with := func(f func(e *queuey.Envelope)) queuey.Envelope {
+	with := func(f func(e *envelope.Envelope)) envelope.Envelope {
 		e := testEnvelope()
 		f(&e)
 		return e
@@ -276,7 +276,7 @@ func TestDecodeEnvelope(t *testing.T) {
 	tests := []struct {
 		name string
 		body string
-		want queuey.Envelope
+		want envelope.Envelope
 	}{
 		{name: "Full", body: envelopeBody(nil), want: want},
 		{name: "OptionalKeysAbsent", body: envelopeBody(nil, "deferrals", "priority"), want: want},
@@ -296,7 +296,7 @@ func TestDecodeEnvelope(t *testing.T) {
 		{
 			name: "CountersAndPriority",
 			body: envelopeBody([]envelopeMember{{"attempt", `7`}, {"deferrals", `3`}, {"priority", `255`}}),
-			want: with(func(e *queuey.Envelope) { e.Attempt, e.Deferrals, e.Priority = 7, 3, 255 }),
+			want: with(func(e *envelope.Envelope) { e.Attempt, e.Deferrals, e.Priority = 7, 3, 255 }),
 		},
 		{
 			name: "NegativeZeroIsZero",
@@ -306,37 +306,37 @@ func TestDecodeEnvelope(t *testing.T) {
 		{
 			name: "TimeWithOffset",
 			body: envelopeBody([]envelopeMember{{"enqueued_at", `"2025-01-02T05:04:05.5+02:00"`}}),
-			want: with(func(e *queuey.Envelope) { e.EnqueuedAt = time.Date(2025, 1, 2, 3, 4, 5, 500000000, time.UTC) }),
+			want: with(func(e *envelope.Envelope) { e.EnqueuedAt = time.Date(2025, 1, 2, 3, 4, 5, 500000000, time.UTC) }),
 		},
 		{
 			name: "TimeWithoutFraction",
 			body: envelopeBody([]envelopeMember{{"enqueued_at", `"2025-01-02T03:04:05Z"`}}),
-			want: with(func(e *queuey.Envelope) { e.EnqueuedAt = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC) }),
+			want: with(func(e *envelope.Envelope) { e.EnqueuedAt = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC) }),
 		},
 		{
 			name: "TimeYearZero",
 			body: envelopeBody([]envelopeMember{{"enqueued_at", `"0000-01-01T00:00:00Z"`}}),
-			want: with(func(e *queuey.Envelope) { e.EnqueuedAt = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC) }),
+			want: with(func(e *envelope.Envelope) { e.EnqueuedAt = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC) }),
 		},
 		{
 			name: "StringEscapes",
 			body: envelopeBody([]envelopeMember{{"id", `"job-\u00e9\/\ud83d\ude00"`}}),
-			want: with(func(e *queuey.Envelope) { e.ID = "job-é/😀" }),
+			want: with(func(e *envelope.Envelope) { e.ID = "job-é/😀" }),
 		},
 		{
 			name: "PayloadNull",
 			body: envelopeBody([]envelopeMember{{"payload", `null`}}),
-			want: with(func(e *queuey.Envelope) { e.Payload = json.RawMessage(`null`) }),
+			want: with(func(e *envelope.Envelope) { e.Payload = json.RawMessage(`null`) }),
 		},
 		{
 			name: "PayloadNumberKeptVerbatim",
 			body: envelopeBody([]envelopeMember{{"payload", `1.50E+300`}}),
-			want: with(func(e *queuey.Envelope) { e.Payload = json.RawMessage(`1.50E+300`) }),
+			want: with(func(e *envelope.Envelope) { e.Payload = json.RawMessage(`1.50E+300`) }),
 		},
 		{
 			name: "PayloadDuplicateKeysNotInspected",
 			body: envelopeBody([]envelopeMember{{"payload", `{"a":1,"a":2}`}}),
-			want: with(func(e *queuey.Envelope) { e.Payload = json.RawMessage(`{"a":1,"a":2}`) }),
+			want: with(func(e *envelope.Envelope) { e.Payload = json.RawMessage(`{"a":1,"a":2}`) }),
 		},
 		{
 			name: "ExtEmptyObject",
@@ -346,7 +346,7 @@ func TestDecodeEnvelope(t *testing.T) {
 		{
 			name: "ExtValuesCompacted",
 			body: envelopeBody([]envelopeMember{{"ext", `{"b": [ 1, 2 ], "a" : { "x" : null } }`}}),
-			want: with(func(e *queuey.Envelope) {
+			want: with(func(e *envelope.Envelope) {
 				e.Ext = map[string]json.RawMessage{"a": json.RawMessage(`{"x":null}`), "b": json.RawMessage(`[1,2]`)}
 			}),
 		},
@@ -355,12 +355,12 @@ func TestDecodeEnvelope(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			got, err := queuey.DecodeEnvelope([]byte(tt.body))
+			got, err := envelope.Decode([]byte(tt.body))
 			if err != nil {
-				t.Fatalf("DecodeEnvelope(%s): %v", tt.body, err)
+				t.Fatalf("Decode(%s): %v", tt.body, err)
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("DecodeEnvelope mismatch (-want +got):\n%s", diff)
+				t.Errorf("Decode mismatch (-want +got):\n%s", diff)
 			}
 			if loc := got.EnqueuedAt.Location(); loc != time.UTC {
 				t.Errorf("EnqueuedAt location = %v, want UTC", loc)
@@ -369,7 +369,7 @@ func TestDecodeEnvelope(t *testing.T) {
 	}
 }
 
-// envelopeRejections are bodies DecodeEnvelope refuses, with the field and a
+// envelopeRejections are bodies Decode refuses, with the field and a
 // part of the reason it gives. The fuzz test seeds its corpus with them.
 var envelopeRejections = []struct {
 	name   string
@@ -474,13 +474,13 @@ func TestDecodeEnvelopeRejects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			got, err := queuey.DecodeEnvelope([]byte(tt.body))
+			got, err := envelope.Decode([]byte(tt.body))
 			if err == nil {
-				t.Fatalf("DecodeEnvelope(%s) = %+v, want an error", tt.body, got)
+				t.Fatalf("Decode(%s) = %+v, want an error", tt.body, got)
 			}
 			requireEnvelopeError(t, err, tt.field, tt.reason)
-			if diff := cmp.Diff(queuey.Envelope{}, got); diff != "" {
-				t.Errorf("DecodeEnvelope returned a partial envelope with its error (-want +got):\n%s", diff)
+			if diff := cmp.Diff(envelope.Envelope{}, got); diff != "" {
+				t.Errorf("Decode returned a partial envelope with its error (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -491,43 +491,43 @@ func TestEnvelopeEncodeRejects(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		modify func(e *queuey.Envelope)
+		modify func(e *envelope.Envelope)
 		field  string
 		reason string
 	}{
-		{"VersionTwo", func(e *queuey.Envelope) { e.Version = 2 }, "v", "unsupported version 2 (this package writes version 1)"},
-		{"VersionNegative", func(e *queuey.Envelope) { e.Version = -1 }, "v", "unsupported version -1"},
-		{"IDEmpty", func(e *queuey.Envelope) { e.ID = "" }, "id", "must not be empty"},
-		{"IDInvalidUTF8", func(e *queuey.Envelope) { e.ID = "job-\xff" }, "id", "must be valid UTF-8"},
-		{"KindEmpty", func(e *queuey.Envelope) { e.Kind = "" }, "kind", "must not be empty"},
-		{"KindInvalidUTF8", func(e *queuey.Envelope) { e.Kind = "\xc3" }, "kind", "must be valid UTF-8"},
-		{"QueueEmpty", func(e *queuey.Envelope) { e.Queue = "" }, "queue", "must not be empty"},
-		{"QueueInvalidUTF8", func(e *queuey.Envelope) { e.Queue = "\xed\xa0\x80" }, "queue", "must be valid UTF-8"},
-		{"PayloadNil", func(e *queuey.Envelope) { e.Payload = nil }, "payload", "must be valid JSON, got nothing (use null for a job without arguments)"},
-		{"PayloadEmpty", func(e *queuey.Envelope) { e.Payload = json.RawMessage{} }, "payload", "got nothing"},
-		{"PayloadInvalidJSON", func(e *queuey.Envelope) { e.Payload = json.RawMessage(`{"to":`) }, "payload", "must be valid JSON"},
-		{"PayloadTwoValues", func(e *queuey.Envelope) { e.Payload = json.RawMessage(`1 2`) }, "payload", "must be valid JSON"},
-		{"PayloadInvalidUTF8", func(e *queuey.Envelope) { e.Payload = json.RawMessage("\"\xff\"") }, "payload", "must be valid UTF-8"},
-		{"AttemptZero", func(e *queuey.Envelope) { e.Attempt = 0 }, "attempt", "must be at least 1, got 0"},
-		{"AttemptNegative", func(e *queuey.Envelope) { e.Attempt = -1 }, "attempt", "must be at least 1, got -1"},
-		{"DeferralsNegative", func(e *queuey.Envelope) { e.Deferrals = -1 }, "deferrals", "must not be negative, got -1"},
-		{"EnqueuedAtZero", func(e *queuey.Envelope) { e.EnqueuedAt = time.Time{} }, "enqueued_at", "must be set, got the zero time"},
-		{"EnqueuedAtYear10000", func(e *queuey.Envelope) { e.EnqueuedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "enqueued_at", "year 10000"},
-		{"EnqueuedAtYearMinus1", func(e *queuey.Envelope) { e.EnqueuedAt = time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC) }, "enqueued_at", "year -1"},
+		{"VersionTwo", func(e *envelope.Envelope) { e.Version = 2 }, "v", "unsupported version 2 (this package writes version 1)"},
+		{"VersionNegative", func(e *envelope.Envelope) { e.Version = -1 }, "v", "unsupported version -1"},
+		{"IDEmpty", func(e *envelope.Envelope) { e.ID = "" }, "id", "must not be empty"},
+		{"IDInvalidUTF8", func(e *envelope.Envelope) { e.ID = "job-\xff" }, "id", "must be valid UTF-8"},
+		{"KindEmpty", func(e *envelope.Envelope) { e.Kind = "" }, "kind", "must not be empty"},
+		{"KindInvalidUTF8", func(e *envelope.Envelope) { e.Kind = "\xc3" }, "kind", "must be valid UTF-8"},
+		{"QueueEmpty", func(e *envelope.Envelope) { e.Queue = "" }, "queue", "must not be empty"},
+		{"QueueInvalidUTF8", func(e *envelope.Envelope) { e.Queue = "\xed\xa0\x80" }, "queue", "must be valid UTF-8"},
+		{"PayloadNil", func(e *envelope.Envelope) { e.Payload = nil }, "payload", "must be valid JSON, got nothing (use null for a job without arguments)"},
+		{"PayloadEmpty", func(e *envelope.Envelope) { e.Payload = json.RawMessage{} }, "payload", "got nothing"},
+		{"PayloadInvalidJSON", func(e *envelope.Envelope) { e.Payload = json.RawMessage(`{"to":`) }, "payload", "must be valid JSON"},
+		{"PayloadTwoValues", func(e *envelope.Envelope) { e.Payload = json.RawMessage(`1 2`) }, "payload", "must be valid JSON"},
+		{"PayloadInvalidUTF8", func(e *envelope.Envelope) { e.Payload = json.RawMessage("\"\xff\"") }, "payload", "must be valid UTF-8"},
+		{"AttemptZero", func(e *envelope.Envelope) { e.Attempt = 0 }, "attempt", "must be at least 1, got 0"},
+		{"AttemptNegative", func(e *envelope.Envelope) { e.Attempt = -1 }, "attempt", "must be at least 1, got -1"},
+		{"DeferralsNegative", func(e *envelope.Envelope) { e.Deferrals = -1 }, "deferrals", "must not be negative, got -1"},
+		{"EnqueuedAtZero", func(e *envelope.Envelope) { e.EnqueuedAt = time.Time{} }, "enqueued_at", "must be set, got the zero time"},
+		{"EnqueuedAtYear10000", func(e *envelope.Envelope) { e.EnqueuedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "enqueued_at", "year 10000"},
+		{"EnqueuedAtYearMinus1", func(e *envelope.Envelope) { e.EnqueuedAt = time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC) }, "enqueued_at", "year -1"},
 		{
 			"EnqueuedAtYear9999OnlyLocally",
-			func(e *queuey.Envelope) {
+			func(e *envelope.Envelope) {
 				e.EnqueuedAt = time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("", -2*3600))
 			},
 			"enqueued_at", "year 10000 in UTC",
 		},
-		{"ExtValueNil", func(e *queuey.Envelope) { e.Ext = map[string]json.RawMessage{"a": nil} }, "ext", `key "a": value must be valid JSON, got nothing`},
-		{"ExtValueInvalidJSON", func(e *queuey.Envelope) { e.Ext = map[string]json.RawMessage{"a": json.RawMessage(`[`)} }, "ext", `key "a": value must be valid JSON`},
-		{"ExtValueInvalidUTF8", func(e *queuey.Envelope) { e.Ext = map[string]json.RawMessage{"a": json.RawMessage("\"\xff\"")} }, "ext", `key "a": value must be valid UTF-8`},
-		{"ExtKeyInvalidUTF8", func(e *queuey.Envelope) { e.Ext = map[string]json.RawMessage{"\xff": json.RawMessage(`1`)} }, "ext", "is not valid UTF-8"},
+		{"ExtValueNil", func(e *envelope.Envelope) { e.Ext = map[string]json.RawMessage{"a": nil} }, "ext", `key "a": value must be valid JSON, got nothing`},
+		{"ExtValueInvalidJSON", func(e *envelope.Envelope) { e.Ext = map[string]json.RawMessage{"a": json.RawMessage(`[`)} }, "ext", `key "a": value must be valid JSON`},
+		{"ExtValueInvalidUTF8", func(e *envelope.Envelope) { e.Ext = map[string]json.RawMessage{"a": json.RawMessage("\"\xff\"")} }, "ext", `key "a": value must be valid UTF-8`},
+		{"ExtKeyInvalidUTF8", func(e *envelope.Envelope) { e.Ext = map[string]json.RawMessage{"\xff": json.RawMessage(`1`)} }, "ext", "is not valid UTF-8"},
 		{
 			"ExtFirstBadKeyInOrder",
-			func(e *queuey.Envelope) {
+			func(e *envelope.Envelope) {
 				e.Ext = map[string]json.RawMessage{"c": nil, "a": json.RawMessage(`1`), "b": json.RawMessage(`}`)}
 			},
 			"ext", `key "b"`,
@@ -556,17 +556,17 @@ func TestEnvelopeError(t *testing.T) {
 
 	tests := []struct {
 		name string
-		err  *queuey.EnvelopeError
+		err  *envelope.Error
 		want string
 	}{
 		{
 			name: "Field",
-			err:  &queuey.EnvelopeError{Field: "attempt", Reason: "must be at least 1, got 0"},
+			err:  &envelope.Error{Field: "attempt", Reason: "must be at least 1, got 0"},
 			want: `queuey: invalid envelope: field "attempt": must be at least 1, got 0`,
 		},
 		{
 			name: "WholeBody",
-			err:  &queuey.EnvelopeError{Reason: "body is not valid JSON"},
+			err:  &envelope.Error{Reason: "body is not valid JSON"},
 			want: `queuey: invalid envelope: body is not valid JSON`,
 		},
 	}
@@ -578,13 +578,13 @@ func TestEnvelopeError(t *testing.T) {
 				t.Errorf("Error() = %q, want %q", got, tt.want)
 			}
 			wrapped := fmt.Errorf("settling delivery 7: %w", tt.err)
-			if !errors.Is(wrapped, queuey.ErrMalformedEnvelope) {
-				t.Error("errors.Is(wrapped, ErrMalformedEnvelope) = false, want true")
+			if !errors.Is(wrapped, envelope.ErrMalformed) {
+				t.Error("errors.Is(wrapped, ErrMalformed) = false, want true")
 			}
 			if errors.Is(wrapped, io.EOF) {
 				t.Error("errors.Is(wrapped, io.EOF) = true, want false")
 			}
-			var envErr *queuey.EnvelopeError
+			var envErr *envelope.Error
 			if !errors.As(wrapped, &envErr) || envErr != tt.err {
 				t.Errorf("errors.As(wrapped) = %v, want the original error", envErr)
 			}
@@ -595,9 +595,9 @@ func TestEnvelopeError(t *testing.T) {
 func TestDecodeEnvelopeUnsupportedVersionMessage(t *testing.T) {
 	t.Parallel()
 
-	_, err := queuey.DecodeEnvelope([]byte(envelopeBody([]envelopeMember{{"v", `2`}, {"payload_v2", `{}`}})))
+	_, err := envelope.Decode([]byte(envelopeBody([]envelopeMember{{"v", `2`}, {"payload_v2", `{}`}})))
 	const want = `queuey: invalid envelope: field "v": unsupported version 2 (this package reads version 1)`
 	if err == nil || err.Error() != want {
-		t.Errorf("DecodeEnvelope error = %v, want %q", err, want)
+		t.Errorf("Decode error = %v, want %q", err, want)
 	}
 }
