@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -58,34 +57,20 @@ func forEachBroker(t *testing.T, test func(t *testing.T, r *suiteRig)) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = conn.Close(); _ = admin.Close() })
-		test(t, newSuiteRig(t, Channels(conn.Channel), conn.IsClosed,
+		test(t, newSuiteRig(t, Options{}, Channels(conn.Channel), conn.IsClosed,
 			func() (suiteAdmin, error) { return admin.Channel() }, nil))
 	})
 	t.Run("broker=live", func(t *testing.T) {
-		url := os.Getenv("AMQP_URL")
-		if url == "" {
-			t.Skip("AMQP_URL not set: skipping the live half of a backend test (scripts/rabbitmq start)")
-		}
-		conn, err := amqp.Dial(url)
-		if err != nil {
-			t.Fatalf("dial %s: %v", url, err)
-		}
-		admin, err := amqp.Dial(url)
-		if err != nil {
-			t.Fatalf("dial %s: %v", url, err)
-		}
-		open := func() (suiteAdmin, error) { return admin.Channel() }
-		r := newSuiteRig(t, Channels(conn.Channel), conn.IsClosed, open, func() {
-			_ = conn.Close()
-			_ = admin.Close()
-		})
-		test(t, r)
+		test(t, newLiveRig(t, Options{}).suiteRig)
 	})
 }
 
-func newSuiteRig(t *testing.T, channels func() (Channel, error), connClosed func() bool,
+// newSuiteRig makes a Backend with opts on channels. closeConns, if set,
+// closes the connections at the end, after the queues named through the
+// rig are deleted (a live broker keeps them; membroker's go with it).
+func newSuiteRig(t *testing.T, opts Options, channels func() (Channel, error), connClosed func() bool,
 	admin func() (suiteAdmin, error), closeConns func()) *suiteRig {
-	b, err := New(channels, Options{})
+	b, err := New(channels, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
