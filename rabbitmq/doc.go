@@ -23,8 +23,8 @@
 //
 // A hold queue is declared immediately before every publish into it, never
 // cached, with arguments that are a pure function of its name: an explicit
-// classic type, x-message-ttl = TTL, x-expires = TTL + max(TTL, 60 s) (see
-// holdExpires), and dead-lettering to q on the default exchange. An idle
+// classic type, x-message-ttl = TTL, x-expires = TTL + max(TTL, 60 s), and
+// dead-lettering to q on the default exchange. An idle
 // hold queue therefore deletes itself, and two processes running the same
 // rule always agree on its arguments (a configurable x-expires would let
 // them disagree and have every publish refused). Delays are rounded up,
@@ -33,9 +33,14 @@
 //
 // With Topology.HoldType queuey.Quorum, for a cluster, hold queues are
 // instead quorum queues named q + ".deferred.quorum." + TTL, releasing their
-// jobs with at-least-once dead-lettering and never deleted by the broker,
-// and q + ".dead" is a quorum queue too (quorumHoldQueueArgs;
-// docs/quorum-holds.md).
+// jobs with at-least-once dead-lettering (x-dead-letter-strategy
+// at-least-once, x-overflow reject-publish) and never deleted by the
+// broker, and q + ".dead" is a quorum queue too (docs/quorum-holds.md).
+//
+// Every message the backend publishes carries the header
+// x-queuey-publish-id, a number unique per publishing channel, by which it
+// matches a message the broker returns to the publish that sent it;
+// consumers can ignore it.
 //
 // # Hold-queue expiry
 //
@@ -47,7 +52,7 @@
 // So x-expires − TTL must cover the broker's latency and timer slack. The
 // original design's 2 × TTL left one TTL of margin, and at a 1 ms TTL a
 // live RabbitMQ 4.0.5 under load lost 15 to 41% of confirmed jobs. queuey now
-// leaves at least a minute (holdExpiryMargin); from a TTL of a minute up
+// leaves at least a minute; from a TTL of a minute up
 // the rule is 2 × TTL as before. An idle hold queue now lives up to TTL +
 // 60 s after its last declaration.
 //

@@ -143,14 +143,17 @@ func (t Topology) hold(queue string, ttl int64) (string, amqp.Table) {
 	return t.HoldQueue(queue, ttl), holdQueueArgs(queue, ttl)
 }
 
-// RetryTTL rounds a retry delay up to RetryGranularity and returns it in
-// milliseconds; see holdTTL.
+// RetryTTL rounds a retry delay up to a whole multiple of
+// RetryGranularity and returns it in whole milliseconds, rounding up
+// again: a job is never released early. A delay of zero or less is 0,
+// meaning "publish to the work queue now"; a rounded delay over MaxHoldTTL
+// is an error wrapping queuey.ErrDelayTooLong.
 func (t Topology) RetryTTL(delay time.Duration) (int64, error) {
 	return holdTTL(delay, t.WithDefaults().RetryGranularity)
 }
 
-// DeferredTTL rounds an EnqueueAfter delay or a deferral up to
-// DeferredGranularity and returns it in milliseconds; see holdTTL.
+// DeferredTTL is RetryTTL for an EnqueueAfter delay or a deferral: it
+// rounds up to DeferredGranularity.
 func (t Topology) DeferredTTL(delay time.Duration) (int64, error) {
 	return holdTTL(delay, t.WithDefaults().DeferredGranularity)
 }
