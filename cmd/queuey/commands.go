@@ -196,13 +196,15 @@ type reportJSON struct {
 
 func (a *app) redrive(ctx context.Context, o options, in *rabbitmq.Inspector, queue string) error {
 	dead := (rabbitmq.Topology{DeadSuffix: o.deadSuffix}).DeadQueue(queue)
-	// Count first: the question names the number, and a filter that
-	// matches nothing is an error before anything is asked.
-	matches, err := in.DeadLetters(ctx, queue, o.filter(), 0)
+	// Count first, with a dry run that keeps no bodies: the question names
+	// the number, and a filter that matches nothing is an error before
+	// anything is asked.
+	count, err := in.Redrive(ctx, queue, rabbitmq.RedriveOptions{Filter: o.filter(), DryRun: true})
 	if err != nil {
 		return err
 	}
-	if len(matches) == 0 {
+	matches := count.Moved
+	if matches == 0 {
 		return fmt.Errorf("nothing to redrive: no dead letter of %s matches %s", queue, o.describe())
 	}
 	attempts := "attempts kept"
@@ -210,7 +212,7 @@ func (a *app) redrive(ctx context.Context, o options, in *rabbitmq.Inspector, qu
 		attempts = "attempts reset to 1"
 	}
 	if !o.dryRun {
-		if err := a.confirm(o, fmt.Sprintf("Redrive %d dead letters (%s) from %s to %s, %s?", len(matches), o.describe(), dead, queue, attempts)); err != nil {
+		if err := a.confirm(o, fmt.Sprintf("Redrive %d dead letters (%s) from %s to %s, %s?", matches, o.describe(), dead, queue, attempts)); err != nil {
 			return err
 		}
 	}
@@ -246,7 +248,7 @@ func (a *app) redrive(ctx context.Context, o options, in *rabbitmq.Inspector, qu
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("redrive stopped after %d of %d moved; nothing was lost, run it again for the rest: %w", rep.Moved, len(matches), err)
+		return fmt.Errorf("redrive stopped after %d of %d moved; nothing was lost, run it again for the rest: %w", rep.Moved, matches, err)
 	}
 	return nil
 }
