@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -194,53 +195,42 @@ func (w *Worker) Run(ctx context.Context) error {
 		s.core.ConnectionUp(subGen(i, 1))
 	}
 
-	// readers forward deliveries to the core; inflight counts the handler
-	// goroutines. A reader is the only one to add to inflight, so waiting
-	// for the readers first makes waiting for inflight safe.
-	var readers, inflight sync.WaitGroup
+	// Each subscription has a pool of handler goroutines, which take its
+	// deliveries straight from the consumer, and a watcher, which follows
+	// the channels it loses and says when it has ended. inflight counts
+	// the handler goroutines. Only a watcher starts a pool's first
+	// handler, and only a running handler starts another, so waiting for
+	// the watchers first makes waiting for inflight safe.
+	var watchers, inflight sync.WaitGroup
 	type end struct {
 		gen workercore.Gen
 		err error
 	}
 	ended := make(chan end, len(consumers))
 	for i, c := range consumers {
-		q := w.queues[i]
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			p := &pool{s: s, queue: i, work: make(chan Delivery), max: q.Prefetch, wg: &inflight}
-			// A consumer that resumes after its connection drops (a
-			// supervised rabbitmq backend's) says which channel it lost
-			// before it delivers anything from the next.
-			var lost <-chan uint64
-			if r, ok := c.(resumer); ok {
-				lost = r.Lost()
-			}
-			gen := uint64(1)
-			deliveries := c.Deliveries()
-		read:
+		p := &pool{s: s, queue: i, deliveries: c.Deliveries(), max: int32(w.queues[i].Prefetch),
+			gen: 1, drained: make(chan struct{}), wg: &inflight}
+		// A consumer that resumes after its connection drops (a supervised
+		// rabbitmq backend's) says which channel it lost.
+		var lost <-chan uint64
+		if r, ok := c.(resumer); ok {
+			lost = r.Lost()
+		}
+		watchers.Go(func() {
+			p.spawn()
 			for {
 				select {
-				case d, ok := <-deliveries:
-					if !ok {
-						break read
-					}
-					p.submit(d)
 				case g := <-lost:
-					gen = g + 1
-					var buf [8]coreAction
+					s.exec(s.resume(nil, p, g+1))
+				case <-p.drained:
 					s.mu.Lock()
-					acts := s.core.ConnectionLost(buf[:0], subGen(i, g))
-					s.core.ConnectionUp(subGen(i, gen))
+					gen := subGen(i, p.gen)
 					s.mu.Unlock()
-					w.cfg.Logger.Warn("queuey: a subscription lost its channel; jobs in hand are not settled, the broker redelivers them",
-						slog.String("queue", q.Name), slog.Uint64("gen", g))
-					s.exec(acts)
+					ended <- end{gen, c.Err()}
+					return
 				}
 			}
-			close(p.work)
-			ended <- end{subGen(i, gen), c.Err()}
-		}()
+		})
 	}
 
 	var runErr error
@@ -273,7 +263,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 	done := make(chan struct{})
-	go func() { readers.Wait(); inflight.Wait(); close(done) }()
+	go func() { watchers.Wait(); inflight.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-w.cfg.Clock.After(w.cfg.StopTimeout):
@@ -307,7 +297,8 @@ type coreAction = workercore.Action[Delivery, Envelope, decision]
 
 // resumer is a Consumer that survives its connection dropping, as the
 // consumers of a supervised rabbitmq backend do: Lost yields the number of
-// each channel it lost, before any delivery of the next.
+// each channel it lost, before any delivery of the next. Run does not rely
+// on that order: a delivery of a newer channel says as much (resume).
 type resumer interface {
 	Lost() <-chan uint64
 }
@@ -335,38 +326,52 @@ type shell struct {
 	timers map[workercore.ID]*clock.Timer
 }
 
-// pool is a subscription's handler goroutines. They live as long as the
-// subscription and take its deliveries from work; a new one starts only
-// when every one is busy, up to max of them. Each decodes its delivery
-// outside the shell's lock, hands it to the core, and carries out what the
-// core says on its own goroutine: decoding on the reader goroutine, under
-// the lock, cost a fifth of the throughput on two cores (BenchmarkConsume,
-// docs/worker-core.md).
+// pool is a subscription's handler goroutines. Each takes deliveries
+// straight from the consumer's channel, decodes its delivery outside the
+// shell's lock, hands it to the core, and carries out what the core says on
+// its own goroutine. They live as long as the subscription; a new one
+// starts only when every one is busy, up to max of them.
+//
+// No goroutine stands between the consumer and the handlers: a reader
+// goroutine that handed each delivery on to the pool cost about 7 % of the
+// throughput (BenchmarkConsume on membroker at prefetch 1, 10 and 100,
+// paired at GOMAXPROCS=1 as docs/performance.md says: 16 rounds, 95 %
+// interval 3 to 11 %), and decoding on such a reader, under the lock, a
+// fifth of it on two cores.
 type pool struct {
-	s       *shell
-	queue   int
-	work    chan Delivery
-	started int
-	max     int
-	wg      *sync.WaitGroup
+	s          *shell
+	queue      int
+	deliveries <-chan Delivery
+	max        int32
+	started    atomic.Int32 // handler goroutines started
+	idle       atomic.Int32 // of those, how many wait for a delivery
+	gen        uint64       // guarded by s.mu: the consumer's live channel
+	drained    chan struct{}
+	drainOnce  sync.Once
+	wg         *sync.WaitGroup
 }
 
-func (p *pool) submit(d Delivery) {
-	select {
-	case p.work <- d:
-		return
-	default:
-	}
-	if p.started == p.max {
-		p.work <- d
-		return
-	}
-	p.started++
-	p.wg.Go(func() {
-		p.deliver(d)
-		for d := range p.work {
-			p.deliver(d)
+// spawn starts a handler goroutine, unless max are running already.
+func (p *pool) spawn() {
+	for {
+		n := p.started.Load()
+		if n >= p.max {
+			return
 		}
+		if p.started.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	p.idle.Add(1)
+	p.wg.Go(func() {
+		for d := range p.deliveries {
+			if p.idle.Add(-1) == 0 {
+				p.spawn() // every one is busy now
+			}
+			p.deliver(d)
+			p.idle.Add(1)
+		}
+		p.drainOnce.Do(func() { close(p.drained) })
 	})
 }
 
@@ -374,15 +379,44 @@ func (p *pool) submit(d Delivery) {
 func (p *pool) deliver(d Delivery) {
 	s := p.s
 	job, err := s.core.Decode(p.queue, d.Body())
-	gen := subGen(p.queue, 1)
-	if g, ok := d.(generational); ok {
-		gen = subGen(p.queue, g.Generation())
+	g := uint64(1)
+	if gd, ok := d.(generational); ok {
+		g = gd.Generation()
 	}
 	var buf [2]coreAction
 	s.mu.Lock()
-	acts := s.core.DeliverDecoded(buf[:0], p.queue, gen, d, job, err)
+	acts := buf[:0]
+	if g > p.gen {
+		// The consumer lost its channel and resumed; this delivery may
+		// have come before the watcher took the news from Lost.
+		acts = s.resumeLocked(acts, p, g)
+	}
+	acts = s.core.DeliverDecoded(acts, p.queue, subGen(p.queue, g), d, job, err)
 	s.mu.Unlock()
 	s.exec(acts)
+}
+
+// resume says that p's consumer now delivers on its channel gen: every
+// one before it is lost, and the broker has requeued what it delivered.
+// Both the watcher (from Lost) and a handler (a delivery of a newer
+// channel) call it; whichever comes second does nothing.
+func (s *shell) resume(acts []coreAction, p *pool, gen uint64) []coreAction {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resumeLocked(acts, p, gen)
+}
+
+func (s *shell) resumeLocked(acts []coreAction, p *pool, gen uint64) []coreAction {
+	if gen <= p.gen {
+		return acts
+	}
+	lost := p.gen
+	acts = s.core.ConnectionLost(acts, subGen(p.queue, lost))
+	s.core.ConnectionUp(subGen(p.queue, gen))
+	p.gen = gen
+	s.w.cfg.Logger.Warn("queuey: a subscription lost its channel; jobs in hand are not settled, the broker redelivers them",
+		slog.String("queue", s.w.queues[p.queue].Name), slog.Uint64("gen", lost))
+	return acts
 }
 
 // exec carries out acts in order, on the calling goroutine: a handler

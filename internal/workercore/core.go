@@ -320,12 +320,15 @@ func (c *Core[M, J, D]) running(id ID) *entry[M, J, D] {
 }
 
 func (c *Core[M, J, D]) decided(acts []Action[M, J, D], e *entry[M, J, D], dec D, publish bool) []Action[M, J, D] {
-	e.dec, e.decided = dec, true
 	if !publish {
-		acts, _ = c.emit(acts, Ack, e)
+		// Settled at once: the decision goes straight into the action,
+		// with no copy kept in e.
+		acts, a := c.emit(acts, Ack, e)
+		a.Decision, a.Decided = dec, true
 		c.settled(e)
 		return c.maybeDone(acts)
 	}
+	e.dec, e.decided = dec, true
 	e.phase = phPublishing
 	if c.cfg.Mutate == MutAckFirst {
 		e.acked = true
