@@ -156,7 +156,7 @@ func (p *Producer) publish(ctx context.Context, args JobArgs, delay time.Duratio
 	}
 	var observed func(error)
 	if p.cfg.Observer != nil {
-		observed = p.cfg.Observer.Enqueue(ctx, &env)
+		env, observed = observeEnqueue(ctx, p.cfg.Observer, env)
 	}
 	err = p.backend.Publish(ctx, env, delay, HoldDeferred)
 	if observed != nil {
@@ -174,4 +174,14 @@ func (p *Producer) publish(ctx context.Context, args JobArgs, delay time.Duratio
 	p.cfg.Logger.DebugContext(ctx, "queuey: enqueued", slog.String("job_id", env.ID), slog.String("kind", env.Kind),
 		slog.String("queue", queue), slog.Duration("delay", delay), slog.Int("priority", int(priority)))
 	return env.ID, nil
+}
+
+// observeEnqueue tells obs of env's enqueue, letting it add to env's Ext.
+// It takes a copy of env: handing the Observer publish's own envelope by
+// address moved that envelope to the heap on every Enqueue, Observer or
+// not (one allocation of 144 bytes per job, which doubled the bytes
+// BenchmarkSizingHour allocates: 110 MB against 58 MB per run).
+func observeEnqueue(ctx context.Context, obs Observer, env Envelope) (Envelope, func(error)) {
+	observed := obs.Enqueue(ctx, &env)
+	return env, observed
 }
