@@ -37,8 +37,9 @@ type WorkerConfig struct {
 	// its queue, so that a persistent failure is retried at a bounded rate,
 	// never in a hot loop. Defaults to DefaultRequeueDelay, 1 second.
 	RequeueDelay time.Duration
-	// Rand draws the uniform numbers in [0, 1) for retry jitter. Defaults
-	// to math/rand/v2's Float64.
+	// Rand draws the uniform numbers in [0, 1) for retry jitter, one for
+	// each handler run that returned an error (it is called from several
+	// goroutines, one at a time). Defaults to math/rand/v2's Float64.
 	Rand func() float64
 	// Observer, if set, is told of every handler run and its outcome, and
 	// of malformed bodies, for metrics and traces (package queueyotel); the
@@ -186,7 +187,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		consumers = append(consumers, c)
 	}
 
-	s := &shell{w: w, ctx: handlerCtx, timers: map[workercore.ID]*clock.Timer{},
+	s := &shell{w: w, ctx: handlerCtx, handlers: w.handlers, timers: map[workercore.ID]*clock.Timer{},
 		core: workercore.New[Delivery](workercore.Rules[Envelope, decision](workerRules(w.queues)),
 			workercore.Config{RequeueDelay: w.cfg.RequeueDelay})}
 	// Each subscription's channels are generations of their own in the
@@ -319,11 +320,14 @@ func subGen(i int, g uint64) workercore.Gen {
 // into the core, which is not safe for concurrent use; actions run outside
 // it.
 type shell struct {
-	w      *Worker
-	ctx    context.Context // handlers' and publishes': cancelled when StopTimeout runs out
-	mu     sync.Mutex
-	core   *workercore.Core[Delivery, Envelope, decision]
-	timers map[workercore.ID]*clock.Timer
+	w   *Worker
+	ctx context.Context // handlers' and publishes': cancelled when StopTimeout runs out
+	// handlers are the worker's, read without its lock: Register fails
+	// once Run has started, so the map no longer changes.
+	handlers map[string]erasedHandler
+	mu       sync.Mutex
+	core     *workercore.Core[Delivery, Envelope, decision]
+	timers   map[workercore.ID]*clock.Timer
 }
 
 // pool is a subscription's handler goroutines. Each takes deliveries
@@ -476,9 +480,7 @@ func (s *shell) exec(acts []coreAction) {
 // and reports the result to the core.
 func (s *shell) handle(a *coreAction) {
 	env := a.Job
-	s.w.mu.Lock()
-	h, ok := s.w.handlers[env.Kind]
-	s.w.mu.Unlock()
+	h, ok := s.handlers[env.Kind]
 	obs := s.w.cfg.Observer
 	ctx := s.ctx
 	var observed func(RunOutcome)
@@ -494,7 +496,11 @@ func (s *shell) handle(a *coreAction) {
 	} else {
 		result = s.w.runHandler(ctx, h, env, a.Msg.Priority())
 	}
-	dec, publish := s.core.Decide(a.Queue, env, result, s.w.draw())
+	var u float64 // the jitter of a retry: only a failed run needs it
+	if result != nil {
+		u = s.w.draw()
+	}
+	dec, publish := s.core.Decide(a.Queue, env, result, u)
 	if obs != nil {
 		now := s.w.cfg.Clock.Now()
 		if dec.Action == ActionRetry || dec.Action == ActionDefer {
