@@ -212,9 +212,11 @@ type ConnectOptions struct {
 	// defaults.
 	Backoff Backoff
 	// OnState, if set, is called with every change of state, in order, on
-	// the supervisor's goroutine: it must return promptly. The changes are
-	// logged too (Options.Logger): connected at INFO, disconnected and
-	// failed attempts at WARN, failed at ERROR.
+	// the supervisor's goroutine: it must return promptly. A change takes
+	// effect before it is reported: operations waiting for the connection
+	// may already have resumed (connected) or failed (failed) when OnState
+	// is called. The changes are logged too (Options.Logger): connected at
+	// INFO, disconnected and failed attempts at WARN, failed at ERROR.
 	OnState func(ConnEvent)
 	// Rand draws the uniform numbers in [0, 1) for the backoff's jitter.
 	// Defaults to math/rand/v2's Float64.

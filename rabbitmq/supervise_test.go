@@ -338,6 +338,9 @@ func TestRedeclarationRefusedFailsTheBackend(t *testing.T) {
 		if !errors.Is(err, ErrConnectionFailed) {
 			t.Fatalf("publish after the failure: %v", err)
 		}
+		// The waiters wake before OnState hears of the failure (see
+		// Options.OnState): let the supervisor's goroutine finish.
+		synctest.Wait()
 		if !strings.Contains(s.states.String(), "failed") {
 			t.Fatalf("states: %s", s.states)
 		}
