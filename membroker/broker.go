@@ -500,7 +500,7 @@ func (b *Broker) deliverTo(targets []*queue, m *message, from *deathSite) {
 			c = &cp
 		}
 		if b.observer != nil {
-			ev := Event{Kind: EventEnqueued, Queue: q.name, MessageID: c.pub.MessageId, Priority: c.pub.Priority}
+			ev := Event{Kind: EventEnqueued, Queue: q.name, MessageID: c.pub.MessageId, Priority: c.pub.Priority, At: b.now}
 			if from != nil {
 				ev.DeadLetteredFrom, ev.Reason = from.queue, from.reason
 			}

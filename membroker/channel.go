@@ -778,7 +778,7 @@ func (ch *Channel) handOut(d *amqp.Delivery, q *queue, c *consumer, m *message, 
 			tagName = c.tag
 		}
 		ch.b.observer(Event{Kind: EventDelivered, Queue: q.name, MessageID: p.MessageId, Priority: p.Priority,
-			ConsumerTag: tagName, Redelivered: d.Redelivered})
+			ConsumerTag: tagName, Redelivered: d.Redelivered, At: ch.b.now})
 	}
 }
 

@@ -1,5 +1,7 @@
 package membroker
 
+import "time"
+
 // EventKind says what an Event reports.
 type EventKind int
 
@@ -40,12 +42,17 @@ type Event struct {
 	Reason           string
 	Dropped          bool
 	Messages         int
+	// At is the broker's time of the event: the instant it was due (a
+	// message's expiry, say), even when the broker caught up with it
+	// later than that, as it does when its clock's timers run late.
+	At time.Time
 }
 
 // observe reports ev to the observer, if there is one. It runs under the
 // broker's lock.
 func (b *Broker) observe(ev Event) {
 	if b.observer != nil {
+		ev.At = b.now
 		b.observer(ev)
 	}
 }

@@ -15,6 +15,7 @@ import (
 // events come in the order they happen, with the dead-letter provenance.
 func TestObserverSeesAHoldQueueRoundTrip(t *testing.T) {
 	clk := clock.NewMock()
+	t0 := clk.Now()
 	var got []Event
 	b := New(Config{Clock: clk, Observer: func(ev Event) { got = append(got, ev) }})
 	conn, _ := b.Dial()
@@ -50,14 +51,16 @@ func TestObserverSeesAHoldQueueRoundTrip(t *testing.T) {
 	}
 	clk.Add(200 * time.Millisecond)
 
+	// Each event carries the broker's instant of it: the expiry at 100 ms,
+	// the lease's end 200 ms after the hold queue was last used.
 	want := []Event{
-		{Kind: EventQueueCreated, Queue: "work"},
-		{Kind: EventQueueCreated, Queue: "work.hold.100"},
-		{Kind: EventEnqueued, Queue: "work.hold.100", MessageID: "j1", Priority: 10},
-		{Kind: EventDeadLettered, Queue: "work.hold.100", MessageID: "j1", Priority: 10, Reason: "expired"},
-		{Kind: EventEnqueued, Queue: "work", MessageID: "j1", Priority: 10, DeadLetteredFrom: "work.hold.100", Reason: "expired"},
-		{Kind: EventDelivered, Queue: "work", MessageID: "j1", Priority: 10},
-		{Kind: EventQueueDeleted, Queue: "work.hold.100", Reason: "expired"},
+		{Kind: EventQueueCreated, Queue: "work", At: t0},
+		{Kind: EventQueueCreated, Queue: "work.hold.100", At: t0},
+		{Kind: EventEnqueued, Queue: "work.hold.100", MessageID: "j1", Priority: 10, At: t0},
+		{Kind: EventDeadLettered, Queue: "work.hold.100", MessageID: "j1", Priority: 10, Reason: "expired", At: t0.Add(100 * time.Millisecond)},
+		{Kind: EventEnqueued, Queue: "work", MessageID: "j1", Priority: 10, DeadLetteredFrom: "work.hold.100", Reason: "expired", At: t0.Add(100 * time.Millisecond)},
+		{Kind: EventDelivered, Queue: "work", MessageID: "j1", Priority: 10, At: t0.Add(100 * time.Millisecond)},
+		{Kind: EventQueueDeleted, Queue: "work.hold.100", Reason: "expired", At: t0.Add(200 * time.Millisecond)},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("events (-want +got):\n%s", diff)
@@ -69,6 +72,7 @@ func TestObserverSeesAHoldQueueRoundTrip(t *testing.T) {
 // the messages that went with it.
 func TestObserverSeesDropsAndDeletions(t *testing.T) {
 	clk := clock.NewMock()
+	t0 := clk.Now()
 	var got []Event
 	b := New(Config{Clock: clk, Observer: func(ev Event) { got = append(got, ev) }})
 	conn, _ := b.Dial()
@@ -82,12 +86,13 @@ func TestObserverSeesDropsAndDeletions(t *testing.T) {
 	if _, err := ch.QueueDelete("ttl", false, false, false); err != nil {
 		t.Fatal(err)
 	}
+	t1 := t0.Add(10 * time.Millisecond)
 	want := []Event{
-		{Kind: EventQueueCreated, Queue: "ttl"},
-		{Kind: EventEnqueued, Queue: "ttl", MessageID: "a"},
-		{Kind: EventDeadLettered, Queue: "ttl", MessageID: "a", Reason: "expired", Dropped: true},
-		{Kind: EventEnqueued, Queue: "ttl", MessageID: "b"},
-		{Kind: EventQueueDeleted, Queue: "ttl", Reason: "deleted", Messages: 1},
+		{Kind: EventQueueCreated, Queue: "ttl", At: t0},
+		{Kind: EventEnqueued, Queue: "ttl", MessageID: "a", At: t0},
+		{Kind: EventDeadLettered, Queue: "ttl", MessageID: "a", Reason: "expired", Dropped: true, At: t1},
+		{Kind: EventEnqueued, Queue: "ttl", MessageID: "b", At: t1},
+		{Kind: EventQueueDeleted, Queue: "ttl", Reason: "deleted", Messages: 1, At: t1},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("events (-want +got):\n%s", diff)
