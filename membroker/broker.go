@@ -500,11 +500,11 @@ func (b *Broker) deliverTo(targets []*queue, m *message, from *deathSite) {
 			c = &cp
 		}
 		if b.observer != nil {
-			ev := Event{Kind: EventEnqueued, Queue: q.name, MessageID: c.pub.MessageId, Priority: c.pub.Priority, At: b.now}
+			ev := Event{Kind: EventEnqueued, Queue: q.name, MessageID: c.pub.MessageId, Priority: c.pub.Priority}
 			if from != nil {
 				ev.DeadLetteredFrom, ev.Reason = from.queue, from.reason
 			}
-			b.observer(ev)
+			b.observe(ev)
 		}
 		b.enqueue(q, c)
 	}

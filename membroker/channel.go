@@ -777,8 +777,8 @@ func (ch *Channel) handOut(d *amqp.Delivery, q *queue, c *consumer, m *message, 
 		if c != nil {
 			tagName = c.tag
 		}
-		ch.b.observer(Event{Kind: EventDelivered, Queue: q.name, MessageID: p.MessageId, Priority: p.Priority,
-			ConsumerTag: tagName, Redelivered: d.Redelivered, At: ch.b.now})
+		ch.b.observe(Event{Kind: EventDelivered, Queue: q.name, MessageID: p.MessageId, Priority: p.Priority,
+			ConsumerTag: tagName, Redelivered: d.Redelivered})
 	}
 }
 
