@@ -310,6 +310,12 @@ type generational interface {
 	Generation() uint64
 }
 
+// staler is a Delivery that can tell when it can no longer be settled
+// because the channel it came on has closed, as a rabbitmq backend's can.
+type staler interface {
+	Stale() bool
+}
+
 // subGen is the core's generation for channel g of subscription i.
 func subGen(i int, g uint64) workercore.Gen {
 	return workercore.Gen(uint64(i+1)<<32 | g&(1<<32-1))
@@ -508,9 +514,22 @@ func (s *shell) handle(a *coreAction) {
 		}
 		observed(RunOutcome{Result: result, Action: dec.Action, Reason: dec.Reason, Delay: dec.Delay, Duration: now.Sub(started)})
 	}
+	// A delivery whose channel has closed cannot be settled: the broker
+	// has requeued it, and a successor published now would run beside it.
+	// The consumer may not have said so yet: a pool whose goroutines are
+	// all busy hears that its subscription ended only when one is free,
+	// and a consumer cancelled for a stop says nothing at all.
+	stale := false
+	if sd, ok := a.Msg.(staler); ok {
+		stale = sd.Stale()
+	}
 	var buf [2]coreAction
 	s.mu.Lock()
-	acts := s.core.HandlerDecided(buf[:0], a.ID, dec, publish)
+	acts := buf[:0]
+	if stale {
+		acts = s.core.ConnectionLost(acts, a.Gen)
+	}
+	acts = s.core.HandlerDecided(acts, a.ID, dec, publish)
 	s.mu.Unlock()
 	s.exec(acts)
 }

@@ -1263,6 +1263,18 @@ type delivery struct {
 // 1, then one more each time a supervised consumer resumes (see Lost).
 func (d *delivery) Generation() uint64 { return d.gen }
 
+// Stale reports whether the delivery can no longer be settled: the
+// channel it came on has closed, so the broker has requeued it. The worker
+// asks before it publishes a job's successor, since a successor published
+// then would run beside the requeued job.
+func (d *delivery) Stale() bool {
+	c := d.c
+	c.mu.Lock()
+	ch, gen := c.ch, c.gen
+	c.mu.Unlock()
+	return gen != d.gen || ch.IsClosed()
+}
+
 var _ queuey.Delivery = (*delivery)(nil)
 
 func (d *delivery) Body() []byte      { return d.d.Body }

@@ -469,6 +469,54 @@ func TestWorkerRunSurvivesADroppedConnection(t *testing.T) {
 	})
 }
 
+// A connection that drops while a stopping worker waits for its handlers:
+// the worker has cancelled its consumer, which no longer reports a loss.
+// A handler that fails after the drop must still not publish its retry on
+// the new connection, beside the job the broker requeued.
+func TestWorkerRunDropsAnOutcomeWhoseConnectionWentDuringStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		queues := []queuey.QueueConfig{{Name: "jobs", Prefetch: 1}}
+		producer, err := queuey.NewProducer(t.Context(), s.b, queues, queuey.ProducerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		worker, err := queuey.NewWorker(t.Context(), s.b, queues, queuey.WorkerConfig{StopTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := make(chan struct{})
+		err = queuey.Register(worker, queuey.HandlerFunc[slowJob](func(ctx context.Context, j *queuey.Job[slowJob]) error {
+			<-release
+			return errors.New("failed after the drop")
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- worker.Run(ctx) }()
+		if _, err := producer.Enqueue(t.Context(), slowJob{N: 1}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the handler runs
+		stop()
+		synctest.Wait() // the consumer is cancelled; Run waits for the handler
+		s.net.drop()
+		synctest.Wait() // reconnected
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if qs := s.net.broker.Queues(); len(qs) != 2 {
+			t.Fatalf("queues %v: a hold queue was declared for the retry of a job the broker requeued", qs)
+		}
+		if n := s.ready(t); n != 1 {
+			t.Fatalf("%d jobs ready on jobs, want the requeued one", n)
+		}
+	})
+}
+
 // A worker stopped while the broker is unreachable returns: its
 // subscriptions waiting to resume give up, rather than holding Run until
 // the broker is back.
