@@ -104,3 +104,20 @@ func TestNewWorkerRefusesANilMiddleware(t *testing.T) {
 		t.Fatalf("NewWorker with a nil middleware: %v", err)
 	}
 }
+
+// A negative StopTimeout or RequeueDelay is refused up front; before, the
+// RequeueDelay reached the worker core and panicked inside Run.
+func TestNewWorkerRefusesNegativeDurations(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  queuey.WorkerConfig
+		want string
+	}{
+		{queuey.WorkerConfig{StopTimeout: -time.Second}, "StopTimeout is negative: -1s"},
+		{queuey.WorkerConfig{RequeueDelay: -time.Millisecond}, "RequeueDelay is negative: -1ms"},
+	} {
+		_, err := queuey.NewWorker(t.Context(), nil, nil, tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewWorker(%+v): %v, want an error saying %q", tc.cfg, err, tc.want)
+		}
+	}
+}

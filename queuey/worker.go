@@ -30,12 +30,15 @@ type WorkerConfig struct {
 	// running handlers to return and their jobs to be settled. When it runs
 	// out, handlers' contexts are cancelled, and so is the settling of
 	// their jobs: each goes back to its queue unacknowledged (requeued),
-	// never lost. Defaults to DefaultStopTimeout, 30 seconds.
+	// never lost. Run still waits for the handlers to return: one that
+	// ignores its context holds Run up. Defaults to DefaultStopTimeout, 30
+	// seconds; NewWorker refuses a negative one.
 	StopTimeout time.Duration
 	// RequeueDelay is how long a job whose successor could not be published
 	// (or which could not be dead-lettered) waits before it is returned to
 	// its queue, so that a persistent failure is retried at a bounded rate,
-	// never in a hot loop. Defaults to DefaultRequeueDelay, 1 second.
+	// never in a hot loop. Defaults to DefaultRequeueDelay, 1 second;
+	// NewWorker refuses a negative one.
 	RequeueDelay time.Duration
 	// Rand draws the uniform numbers in [0, 1) for retry jitter, one for
 	// each handler run that returned an error (it is called from several
@@ -110,6 +113,12 @@ func NewWorker(ctx context.Context, backend Backend, queues []QueueConfig, cfg W
 		if mw == nil {
 			return nil, fmt.Errorf("queuey: WorkerConfig.Middleware[%d] is nil", i)
 		}
+	}
+	switch {
+	case cfg.StopTimeout < 0:
+		return nil, fmt.Errorf("queuey: WorkerConfig.StopTimeout is negative: %v", cfg.StopTimeout)
+	case cfg.RequeueDelay < 0:
+		return nil, fmt.Errorf("queuey: WorkerConfig.RequeueDelay is negative: %v", cfg.RequeueDelay)
 	}
 	cfg.Middleware = slices.Clone(cfg.Middleware) // the caller's slice may change
 	declared, _, err := declare(ctx, backend, queues)
