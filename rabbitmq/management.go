@@ -45,7 +45,7 @@ func NewManagementAPI(apiURL, amqpURL string, client *http.Client) (*ManagementA
 	}
 	uri, err := amqp.ParseURI(amqpURL)
 	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: AMQP URL %q: %w", Redact(amqpURL), err)
+		return nil, fmt.Errorf("rabbitmq: AMQP URL %q: %w", Redact(amqpURL), redactErr(err, amqpURL))
 	}
 	m := &ManagementAPI{user: uri.Username, password: uri.Password, vhost: uri.Vhost, client: client}
 	if base.User != nil {

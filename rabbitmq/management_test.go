@@ -70,6 +70,7 @@ func TestManagementAPIErrors(t *testing.T) {
 		{"127.0.0.1:15672", "amqp://guest:guest@127.0.0.1/"},
 		{"ftp://u:topsecret@h/", "amqp://guest:guest@127.0.0.1/"},
 		{"http://127.0.0.1:15672/", "http://u:topsecret@h/"},
+		{"http://127.0.0.1:15672/", "amqp://u:topsecret^@h/"}, // the parser's error quotes the URL
 	} {
 		if _, err := NewManagementAPI(bad[0], bad[1], nil); err == nil || strings.Contains(err.Error(), "topsecret") {
 			t.Errorf("NewManagementAPI(%q, %q): %v; want an error without the password", bad[0], bad[1], err)

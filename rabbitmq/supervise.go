@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -605,29 +606,51 @@ func (s *supervisor) close() {
 
 // Redact returns rawURL with its password, if any, replaced by "xxxxx". A
 // URL that does not parse is replaced whole, since it may hold a password
-// where the parser cannot find it.
+// where the parser cannot find it; so is one with an "@" the parser did not
+// take for the end of a user and password ("amqp://user:123/pw@host/"
+// parses as host "user", port 123).
 func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "<unparsable URL>"
+	if _, ok := findPassword(rawURL); !ok {
+		return unparsableURL
 	}
+	u, _ := url.Parse(rawURL)
 	return u.Redacted()
 }
 
-// redactErr removes raw's password from err's text, if it is there.
+const unparsableURL = "<unparsable URL>"
+
+// findPassword returns raw's password ("" for none), and false when raw
+// cannot be trusted to show where its password is: it does not parse, or
+// has an "@" outside the userinfo.
+func findPassword(raw string) (string, bool) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return "", false
+	case u.User == nil:
+		return "", !strings.Contains(raw, "@")
+	}
+	pw, _ := u.User.Password()
+	return pw, true
+}
+
+// redactErr removes raw's password from err's text, if it is there. When
+// raw cannot be trusted to show its password (see Redact), raw itself is
+// replaced wherever it appears, as it is or quoted (url.Error quotes it).
 func redactErr(err error, raw string) error {
-	u, perr := url.Parse(raw)
-	if perr != nil || u.User == nil {
+	msg := err.Error()
+	out := msg
+	if pw, ok := findPassword(raw); !ok {
+		q := strconv.Quote(raw)
+		out = strings.ReplaceAll(out, q[1:len(q)-1], unparsableURL)
+		out = strings.ReplaceAll(out, raw, unparsableURL)
+	} else if pw != "" {
+		out = strings.ReplaceAll(out, pw, "xxxxx")
+	}
+	if out == msg {
 		return err
 	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" {
-		return err
-	}
-	if msg := err.Error(); strings.Contains(msg, pw) {
-		return redactedError{msg: strings.ReplaceAll(msg, pw, "xxxxx"), err: err}
-	}
-	return err
+	return redactedError{msg: out, err: err}
 }
 
 // redactedError is an error whose text hides a password; errors.Is and As

@@ -286,9 +286,16 @@ func TestConnectGivesUpWithItsContext(t *testing.T) {
 }
 
 func TestConnectRefusesABadURLBeforeDialling(t *testing.T) {
-	_, err := Connect(t.Context(), ConnectOptions{URLs: []string{"http://queuey:s3cr3t-pw@node-a/"}}, Options{})
-	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
-		t.Fatalf("Connect with an http URL: %v", err)
+	for _, u := range []string{
+		"http://queuey:s3cr3t-pw@node-a/",
+		"amqp://queuey:s3cr3t^pw@node-a/",  // an unescaped ^: the parser's error quotes the URL
+		"amqp://queuey:s3cr3t%zz@node-a/",  // a bad escape
+		"amqp://queuey:s3cr3t\"pw@node-a/", // quoted by the parser's error with an escape
+	} {
+		_, err := Connect(t.Context(), ConnectOptions{URLs: []string{u}}, Options{})
+		if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("Connect(%q): %v", u, err)
+		}
 	}
 	if _, err := Connect(t.Context(), ConnectOptions{}, Options{}); err == nil {
 		t.Fatal("Connect with no URLs succeeded")
@@ -301,6 +308,8 @@ func TestRedact(t *testing.T) {
 		"amqp://127.0.0.1:5672/vhost":        "amqp://127.0.0.1:5672/vhost",
 		"amqp://user@host/":                  "amqp://user@host/",
 		"amqp://us er:pw@ho st/%zz":          "<unparsable URL>",
+		"amqp://user:se^cret@host/":          "<unparsable URL>",
+		"amqp://user:123/secret@host/":       "<unparsable URL>", // parses, as host "user" and port 123
 	} {
 		if got := Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
