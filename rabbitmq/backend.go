@@ -120,7 +120,8 @@ var ErrPublishingBlocked = errors.New("rabbitmq: the broker is blocking publishe
 type Backend struct {
 	open func() (Channel, error)
 	sup  *supervisor // nil unless made by Connect: the caller owns the connection
-	// closeCtx ends when Close begins: waits for a reconnection end with it.
+	// closeCtx ends when Close begins: waits for a reconnection, and for
+	// the connection to open a channel, end with it.
 	closeCtx    context.Context
 	cancelClose context.CancelFunc
 	top         Topology
@@ -902,6 +903,9 @@ func (b *Backend) Close() error {
 			consumers = append(consumers, c)
 		}
 		b.mu.Unlock()
+		// Waits for the connection end now, a hold declaration's among
+		// them, which holds holdLock while it waits.
+		b.cancelClose()
 		var errs []error
 		for _, c := range consumers {
 			errs = append(errs, c.Close())
@@ -917,7 +921,6 @@ func (b *Backend) Close() error {
 		b.closing = true
 		p := b.pub
 		b.pubMu.Unlock()
-		b.cancelClose()
 		errs = append(errs, p.Close())
 		<-b.done // supervise has seen it, and opens no other
 		if b.sup != nil {
@@ -949,10 +952,19 @@ func (b *Backend) isDeclared(queue string) bool {
 // publishing channel learned why before, the broker's *amqp.Error.
 func (b *Backend) openChannel(ctx context.Context, purpose string) (Channel, error) {
 	if b.sup != nil {
+		// The wait ends with Close too: a caller waiting with no deadline
+		// (a hold declaration holds holdLock meanwhile) must not hold Close
+		// up until the broker is back.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(b.closeCtx, cancel)()
 		var gen uint64
 		for {
 			var err error
 			if gen, err = b.sup.await(ctx, gen); err != nil {
+				if b.closeCtx.Err() != nil {
+					err = ErrBackendClosed
+				}
 				return nil, fmt.Errorf("rabbitmq: opening a channel for %s: %w", purpose, err)
 			}
 			if ch, err := b.open(); err == nil {

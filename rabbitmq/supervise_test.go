@@ -228,6 +228,33 @@ func TestOutageWaitsWithinCtxAndDialsKeepToTheBackoff(t *testing.T) {
 	})
 }
 
+// Close during an outage returns at once, even while a publish with no
+// deadline waits for the connection to declare its hold queue (holding
+// the hold-declaration lock Close takes).
+func TestCloseDuringAnOutageDoesNotWaitForTheBroker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		s.net.setDown(true)
+		s.net.drop()
+		published := make(chan error, 1)
+		go func() { published <- s.b.Publish(context.Background(), job("j1"), 5*time.Second, queuey.HoldRetry) }()
+		synctest.Wait() // the publish waits for the connection
+		closed := make(chan error, 1)
+		go func() { closed <- s.b.Close() }()
+		synctest.Wait()
+		select {
+		case <-closed:
+		default:
+			s.net.setDown(false) // so that Close, and the test, can end
+			<-closed
+			t.Fatal("Close waited for the broker to come back")
+		}
+		if err := <-published; !errors.Is(err, ErrBackendClosed) {
+			t.Fatalf("the publish waiting during the outage: %v, want ErrBackendClosed", err)
+		}
+	})
+}
+
 func TestURLsAreTriedInTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := &memNet{broker: membroker.New(membroker.Config{Version: membroker.RabbitMQ40})}
