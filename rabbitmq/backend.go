@@ -288,8 +288,11 @@ func (b *Backend) whileBlocked(err error) error {
 
 // supervise watches the publishing channel: when the broker closes it over
 // one message (a channel exception; the connection is still there), it
-// opens a fresh one and watches that. When the connection has gone, Close
-// was called, or no fresh channel opens, it closes done.
+// opens a fresh one and watches that. Under a supervisor, when the
+// connection has gone (or no fresh channel opens on it), it waits for the
+// next connection. When Close was called, the supervision failed, or,
+// unsupervised, the connection has gone or no fresh channel opens, it
+// closes done.
 func (b *Backend) supervise(p *publisher) {
 	for {
 		<-p.Done()
@@ -298,6 +301,11 @@ func (b *Backend) supervise(p *publisher) {
 		switch {
 		case channelException(cause):
 			next = b.reopen(cause)
+			if next == nil && b.sup != nil {
+				// No fresh channel opens: the connection went too. The
+				// supervisor brings another.
+				next = b.reconnected(cause)
+			}
 		case b.sup != nil:
 			next = b.reconnected(cause)
 		}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,30 @@ type memNet struct {
 	urls   []string    // what each dial was given
 	conns  []*membroker.Connection
 	refuse error // if set, every dial fails with it
+	// chans are the channels opened on the connections dialled; while
+	// failOpen is set, opening one fails.
+	chans    []*membroker.Channel
+	failOpen bool
+}
+
+// memConn is a connection of memNet's: it records the channels it opens,
+// and refuses to open one while its net says so.
+type memConn struct {
+	Conn
+	n *memNet
+}
+
+func (c memConn) Channel() (Channel, error) {
+	c.n.mu.Lock()
+	defer c.n.mu.Unlock()
+	if c.n.failOpen {
+		return nil, errors.New("channel.open refused by the test")
+	}
+	ch, err := c.Conn.Channel()
+	if err == nil {
+		c.n.chans = append(c.n.chans, ch.(*membroker.Channel))
+	}
+	return ch, err
 }
 
 func (n *memNet) dial(ctx context.Context, url string) (Conn, error) {
@@ -51,7 +76,7 @@ func (n *memNet) dial(ctx context.Context, url string) (Conn, error) {
 		return nil, err
 	}
 	n.conns = append(n.conns, c)
-	return AdaptConn[*membroker.Channel](c), nil
+	return memConn{AdaptConn[*membroker.Channel](c), n}, nil
 }
 
 func (n *memNet) setDown(down bool) {
@@ -251,6 +276,39 @@ func TestCloseDuringAnOutageDoesNotWaitForTheBroker(t *testing.T) {
 		}
 		if err := <-published; !errors.Is(err, ErrBackendClosed) {
 			t.Fatalf("the publish waiting during the outage: %v, want ErrBackendClosed", err)
+		}
+	})
+}
+
+// The broker closes the publishing channel (a channel exception) just as
+// the connection goes, so no fresh channel opens on it: publishing resumes
+// on the supervisor's next connection, rather than ending for good.
+func TestPublishingSurvivesAChannelExceptionWhenNoChannelOpens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		if err := s.b.Publish(t.Context(), job("j1"), 0, queuey.HoldRetry); err != nil {
+			t.Fatal(err)
+		}
+		s.net.mu.Lock()
+		s.net.failOpen = true
+		chans := slices.Clone(s.net.chans)
+		s.net.mu.Unlock()
+		for _, ch := range chans { // the publishing channel among them
+			if !ch.IsClosed() {
+				s.net.broker.CloseChannel(ch, &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - test", Server: true, Recover: true})
+			}
+		}
+		synctest.Wait() // no fresh channel opens
+		s.net.mu.Lock()
+		s.net.failOpen = false
+		s.net.mu.Unlock()
+		s.net.drop()
+		synctest.Wait() // reconnected
+		if err := s.b.Publish(t.Context(), job("j2"), 0, queuey.HoldRetry); err != nil {
+			t.Fatalf("publish after the reconnection: %v", err)
+		}
+		if n := s.ready(t); n != 2 {
+			t.Fatalf("%d jobs ready, want 2", n)
 		}
 	})
 }
