@@ -1186,11 +1186,12 @@ func (c *consumer) resubscribe() error {
 		in, closes, err := c.subscribe(ch)
 		if err != nil {
 			_ = ch.Close()
-			var ae *amqp.Error
-			if errors.As(err, &ae) && ae.Server {
+			if channelException(err) {
+				// A refusal of this subscription (404: the queue is gone;
+				// 403, 405), which the next connection would repeat.
 				return fmt.Errorf("rabbitmq: consumer %s on queue %q: resuming: %w", c.tag, c.queue, err)
 			}
-			continue // the connection went again
+			continue // the connection went again (320 CONNECTION_FORCED and the like)
 		}
 		c.mu.Lock()
 		c.ch, c.in, c.closes = ch, in, closes

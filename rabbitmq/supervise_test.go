@@ -38,6 +38,28 @@ type memNet struct {
 	// failOpen is set, opening one fails.
 	chans    []*membroker.Channel
 	failOpen bool
+	// consumeErrs are what the next basic.consume calls fail with, one
+	// each.
+	consumeErrs []*amqp.Error
+}
+
+// memChan is a channel of memConn's.
+type memChan struct {
+	Channel
+	n *memNet
+}
+
+func (c memChan) Consume(queue, tag string, autoAck, exclusive, noLocal, noWait bool, args amqp.Table) (<-chan amqp.Delivery, error) {
+	c.n.mu.Lock()
+	var err *amqp.Error
+	if len(c.n.consumeErrs) > 0 {
+		err, c.n.consumeErrs = c.n.consumeErrs[0], c.n.consumeErrs[1:]
+	}
+	c.n.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return c.Channel.Consume(queue, tag, autoAck, exclusive, noLocal, noWait, args)
 }
 
 // memConn is a connection of memNet's: it records the channels it opens,
@@ -54,10 +76,11 @@ func (c memConn) Channel() (Channel, error) {
 		return nil, errors.New("channel.open refused by the test")
 	}
 	ch, err := c.Conn.Channel()
-	if err == nil {
-		c.n.chans = append(c.n.chans, ch.(*membroker.Channel))
+	if err != nil {
+		return nil, err
 	}
-	return ch, err
+	c.n.chans = append(c.n.chans, ch.(*membroker.Channel))
+	return memChan{ch, c.n}, nil
 }
 
 func (n *memNet) dial(ctx context.Context, url string) (Conn, error) {
@@ -487,6 +510,64 @@ func TestConsumerResumesAfterTheConnectionDrops(t *testing.T) {
 			t.Fatalf("Err after Cancel: %v", err)
 		}
 		_ = c.Close()
+	})
+}
+
+// A connection forced closed again while a consumer resubscribes (a
+// rolling restart, or two close_all_connections in a row) is a failure of
+// the connection, not a refusal: the consumer resumes on the next one.
+func TestConsumerResumesWhenTheConnectionFailsAgainWhileItResubscribes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		qc, err := s.b.Consume(t.Context(), "jobs", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := qc.(*consumer)
+		s.net.mu.Lock()
+		s.net.consumeErrs = []*amqp.Error{{Code: amqp.ConnectionForced, Reason: "CONNECTION_FORCED - broker forced connection closure", Server: true}}
+		s.net.mu.Unlock()
+		s.net.drop()
+		synctest.Wait()
+		if err := s.b.Publish(t.Context(), job("j1"), 0, queuey.HoldRetry); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case d, ok := <-c.Deliveries():
+			if !ok {
+				t.Fatalf("the consumer ended: %v", c.Err())
+			}
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("no delivery a minute after the reconnection")
+		}
+		_ = c.Close()
+	})
+}
+
+// A refusal of the subscription itself when it resumes (404: the queue
+// was deleted) is one the next connection would repeat: the consumer ends
+// with it.
+func TestConsumerEndsWhenItsResubscriptionIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		qc, err := s.b.Consume(t.Context(), "jobs", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.net.mu.Lock()
+		s.net.consumeErrs = []*amqp.Error{{Code: amqp.NotFound, Reason: "NOT_FOUND - no queue 'jobs' in vhost '/'", Server: true, Recover: true}}
+		s.net.mu.Unlock()
+		s.net.drop()
+		for range qc.Deliveries() {
+		}
+		var ae *amqp.Error
+		if err := qc.Err(); !errors.As(err, &ae) || ae.Code != amqp.NotFound {
+			t.Fatalf("the consumer ended with %v, want the 404", err)
+		}
+		_ = qc.Close()
 	})
 }
 
