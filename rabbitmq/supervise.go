@@ -487,11 +487,20 @@ func (s *supervisor) giveUp(ctx context.Context, last error) error {
 // fatal reports whether a dial or declaration error is one retrying cannot
 // fix: access refused, a virtual host that does not exist, or a queue
 // declared with other arguments.
+//
+// RabbitMQ refuses a connection over a connection limit with 530
+// NOT_ALLOWED too, as it does a missing virtual host, but a limit clears as
+// other connections close (after a partition, the broker may still count
+// the old ones): those are retried. Their reasons all say "limit" (RabbitMQ
+// 4.0.5, deps/rabbit/src/rabbit_reader.erl: is_over_node_connection_limit,
+// is_over_vhost_connection_limit, is_over_user_connection_limit).
 func fatal(err error) bool {
 	var ae *amqp.Error
 	if errors.As(err, &ae) {
 		switch ae.Code {
-		case amqp.AccessRefused, amqp.NotAllowed, amqp.PreconditionFailed:
+		case amqp.NotAllowed:
+			return !strings.Contains(ae.Reason, "limit")
+		case amqp.AccessRefused, amqp.PreconditionFailed:
 			return true
 		}
 	}

@@ -381,6 +381,37 @@ func TestAccessRefusedIsNotRetried(t *testing.T) {
 	})
 }
 
+// A connection limit (530 NOT_ALLOWED, like a missing virtual host) clears
+// once other connections close: it is retried. A missing virtual host is
+// not.
+func TestConnectionLimitIsRetriedAndAMissingVhostIsNot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := &memNet{broker: membroker.New(membroker.Config{Version: membroker.RabbitMQ40}),
+			refuse: &amqp.Error{Code: amqp.NotAllowed, Server: true,
+				Reason: "NOT_ALLOWED - access to vhost '/' refused for user 'queuey': connection limit (1) is reached"}}
+		go func() {
+			time.Sleep(5 * time.Second)
+			n.mu.Lock()
+			n.refuse = nil // the old connections have gone
+			n.mu.Unlock()
+		}()
+		b, err := Connect(t.Context(), ConnectOptions{URLs: []string{secretURL}, Dial: n.dial}, Options{})
+		if err != nil {
+			t.Fatalf("Connect over a connection limit that clears: %v", err)
+		}
+		_ = b.Close()
+		if len(n.dials) < 2 {
+			t.Fatalf("%d dials, want the refused ones retried", len(n.dials))
+		}
+
+		n = &memNet{broker: n.broker, refuse: &amqp.Error{Code: amqp.NotAllowed, Server: true, Reason: "NOT_ALLOWED - vhost nope not found"}}
+		_, err = Connect(t.Context(), ConnectOptions{URLs: []string{secretURL}, Dial: n.dial}, Options{})
+		if !errors.Is(err, ErrConnectionFailed) || len(n.dials) != 1 {
+			t.Fatalf("Connect to a missing virtual host: %v after %d dials; want ErrConnectionFailed after one", err, len(n.dials))
+		}
+	})
+}
+
 func TestConnectGivesUpWithItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := &memNet{broker: membroker.New(membroker.Config{Version: membroker.RabbitMQ40}), down: true}
