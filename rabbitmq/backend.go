@@ -1105,8 +1105,14 @@ func (c *consumer) Close() error {
 		c.cancelled.Store(true)
 		close(c.closing)
 		c.cancelCtx()
-		c.closeErr = c.channel().Close()
+		ch := c.channel()
+		c.closeErr = ch.Close()
 		<-c.done
+		if fresh := c.channel(); fresh != ch {
+			// A resubscription installed a fresh channel meanwhile: it
+			// was cancelled, not closed.
+			_ = fresh.Close()
+		}
 		c.b.mu.Lock()
 		delete(c.b.consumers, c)
 		c.b.mu.Unlock()

@@ -41,6 +41,8 @@ type memNet struct {
 	// consumeErrs are what the next basic.consume calls fail with, one
 	// each.
 	consumeErrs []*amqp.Error
+	// inConsume, if set, is called as each basic.consume starts.
+	inConsume func()
 }
 
 // memChan is a channel of memConn's.
@@ -55,7 +57,11 @@ func (c memChan) Consume(queue, tag string, autoAck, exclusive, noLocal, noWait 
 	if len(c.n.consumeErrs) > 0 {
 		err, c.n.consumeErrs = c.n.consumeErrs[0], c.n.consumeErrs[1:]
 	}
+	hook := c.n.inConsume
 	c.n.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -599,6 +605,37 @@ func TestConsumerEndsWhenItsResubscriptionIsRefused(t *testing.T) {
 			t.Fatalf("the consumer ended with %v, want the 404", err)
 		}
 		_ = qc.Close()
+	})
+}
+
+// Close while the consumer resubscribes on a fresh channel closes that
+// channel too, not only the lost one: otherwise it stays open, with what
+// the broker delivered on it unacknowledged, until the connection goes.
+func TestConsumerCloseDuringAResubscriptionClosesTheFreshChannel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		qc, err := s.b.Consume(t.Context(), "jobs", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entered, proceed := make(chan struct{}), make(chan struct{})
+		s.net.mu.Lock()
+		s.net.inConsume = func() { close(entered); <-proceed }
+		s.net.mu.Unlock()
+		s.net.drop()
+		<-entered // resubscribing: basic.consume on the fresh channel
+		s.net.mu.Lock()
+		s.net.inConsume = nil
+		fresh := s.net.chans[len(s.net.chans)-1]
+		s.net.mu.Unlock()
+		closed := make(chan error, 1)
+		go func() { closed <- qc.Close() }()
+		synctest.Wait() // Close has closed the lost channel and waits
+		close(proceed)
+		<-closed
+		if !fresh.IsClosed() {
+			t.Fatal("the channel the consumer resubscribed on is still open after Close")
+		}
 	})
 }
 
