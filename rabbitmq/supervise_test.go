@@ -41,8 +41,9 @@ type memNet struct {
 	// consumeErrs are what the next basic.consume calls fail with, one
 	// each.
 	consumeErrs []*amqp.Error
-	// inConsume, if set, is called as each basic.consume starts.
-	inConsume func()
+	// inConsume, if set, is called with the channel as each basic.consume
+	// on it starts.
+	inConsume func(*membroker.Channel)
 }
 
 // memChan is a channel of memConn's.
@@ -60,7 +61,7 @@ func (c memChan) Consume(queue, tag string, autoAck, exclusive, noLocal, noWait 
 	hook := c.n.inConsume
 	c.n.mu.Unlock()
 	if hook != nil {
-		hook()
+		hook(c.Channel.(*membroker.Channel))
 	}
 	if err != nil {
 		return nil, err
@@ -618,15 +619,14 @@ func TestConsumerCloseDuringAResubscriptionClosesTheFreshChannel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		entered, proceed := make(chan struct{}), make(chan struct{})
+		entered, proceed := make(chan *membroker.Channel, 1), make(chan struct{})
 		s.net.mu.Lock()
-		s.net.inConsume = func() { close(entered); <-proceed }
+		s.net.inConsume = func(ch *membroker.Channel) { entered <- ch; <-proceed }
 		s.net.mu.Unlock()
 		s.net.drop()
-		<-entered // resubscribing: basic.consume on the fresh channel
+		fresh := <-entered // resubscribing: basic.consume on the fresh channel
 		s.net.mu.Lock()
 		s.net.inConsume = nil
-		fresh := s.net.chans[len(s.net.chans)-1]
 		s.net.mu.Unlock()
 		closed := make(chan error, 1)
 		go func() { closed <- qc.Close() }()
