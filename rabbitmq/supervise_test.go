@@ -109,6 +109,13 @@ func (n *memNet) dial(ctx context.Context, url string) (Conn, error) {
 	return memConn{AdaptConn[*membroker.Channel](c), n}, nil
 }
 
+// set changes n under its lock.
+func (n *memNet) set(f func(n *memNet)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f(n)
+}
+
 func (n *memNet) setDown(down bool) {
 	n.mu.Lock()
 	n.down = down
@@ -188,6 +195,16 @@ func newSupervised(t *testing.T, backoff Backoff, urls ...string) *supervised {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// consume subscribes to "jobs".
+func (s *supervised) consume(t *testing.T, prefetch int) *consumer {
+	t.Helper()
+	c, err := s.b.Consume(t.Context(), "jobs", prefetch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.(*consumer)
 }
 
 func job(id string) queuey.Envelope {
@@ -319,19 +336,15 @@ func TestPublishingSurvivesAChannelExceptionWhenNoChannelOpens(t *testing.T) {
 		if err := s.b.Publish(t.Context(), job("j1"), 0, queuey.HoldRetry); err != nil {
 			t.Fatal(err)
 		}
-		s.net.mu.Lock()
-		s.net.failOpen = true
-		chans := slices.Clone(s.net.chans)
-		s.net.mu.Unlock()
+		var chans []*membroker.Channel
+		s.net.set(func(n *memNet) { n.failOpen, chans = true, slices.Clone(n.chans) })
 		for _, ch := range chans { // the publishing channel among them
 			if !ch.IsClosed() {
 				s.net.broker.CloseChannel(ch, &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - test", Server: true, Recover: true})
 			}
 		}
 		synctest.Wait() // no fresh channel opens
-		s.net.mu.Lock()
-		s.net.failOpen = false
-		s.net.mu.Unlock()
+		s.net.set(func(n *memNet) { n.failOpen = false })
 		s.net.drop()
 		synctest.Wait() // reconnected
 		if err := s.b.Publish(t.Context(), job("j2"), 0, queuey.HoldRetry); err != nil {
@@ -557,14 +570,10 @@ func TestConsumerResumesAfterTheConnectionDrops(t *testing.T) {
 func TestConsumerResumesWhenTheConnectionFailsAgainWhileItResubscribes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSupervised(t, Backoff{})
-		qc, err := s.b.Consume(t.Context(), "jobs", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := qc.(*consumer)
-		s.net.mu.Lock()
-		s.net.consumeErrs = []*amqp.Error{{Code: amqp.ConnectionForced, Reason: "CONNECTION_FORCED - broker forced connection closure", Server: true}}
-		s.net.mu.Unlock()
+		c := s.consume(t, 1)
+		s.net.set(func(n *memNet) {
+			n.consumeErrs = []*amqp.Error{{Code: amqp.ConnectionForced, Reason: "CONNECTION_FORCED - broker forced connection closure", Server: true}}
+		})
 		s.net.drop()
 		synctest.Wait()
 		if err := s.b.Publish(t.Context(), job("j1"), 0, queuey.HoldRetry); err != nil {
@@ -591,13 +600,10 @@ func TestConsumerResumesWhenTheConnectionFailsAgainWhileItResubscribes(t *testin
 func TestConsumerEndsWhenItsResubscriptionIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSupervised(t, Backoff{})
-		qc, err := s.b.Consume(t.Context(), "jobs", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.net.mu.Lock()
-		s.net.consumeErrs = []*amqp.Error{{Code: amqp.NotFound, Reason: "NOT_FOUND - no queue 'jobs' in vhost '/'", Server: true, Recover: true}}
-		s.net.mu.Unlock()
+		qc := s.consume(t, 1)
+		s.net.set(func(n *memNet) {
+			n.consumeErrs = []*amqp.Error{{Code: amqp.NotFound, Reason: "NOT_FOUND - no queue 'jobs' in vhost '/'", Server: true, Recover: true}}
+		})
 		s.net.drop()
 		for range qc.Deliveries() {
 		}
@@ -615,19 +621,12 @@ func TestConsumerEndsWhenItsResubscriptionIsRefused(t *testing.T) {
 func TestConsumerCloseDuringAResubscriptionClosesTheFreshChannel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSupervised(t, Backoff{})
-		qc, err := s.b.Consume(t.Context(), "jobs", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
+		qc := s.consume(t, 1)
 		entered, proceed := make(chan *membroker.Channel, 1), make(chan struct{})
-		s.net.mu.Lock()
-		s.net.inConsume = func(ch *membroker.Channel) { entered <- ch; <-proceed }
-		s.net.mu.Unlock()
+		s.net.set(func(n *memNet) { n.inConsume = func(ch *membroker.Channel) { entered <- ch; <-proceed } })
 		s.net.drop()
 		fresh := <-entered // resubscribing: basic.consume on the fresh channel
-		s.net.mu.Lock()
-		s.net.inConsume = nil
-		s.net.mu.Unlock()
+		s.net.set(func(n *memNet) { n.inConsume = nil })
 		closed := make(chan error, 1)
 		go func() { closed <- qc.Close() }()
 		synctest.Wait() // Close has closed the lost channel and waits
