@@ -527,9 +527,11 @@ func (s *shell) handle(a *coreAction) {
 	// has requeued it, and a successor published now would run beside it.
 	// The consumer may not have said so yet: a pool whose goroutines are
 	// all busy hears that its subscription ended only when one is free,
-	// and a consumer cancelled for a stop says nothing at all.
+	// and a consumer cancelled for a stop says nothing at all. (An
+	// acknowledgement needs no such care: on a closed channel it fails,
+	// and the broker has the job.)
 	stale := false
-	if sd, ok := a.Msg.(staler); ok {
+	if sd, ok := a.Msg.(staler); ok && publish {
 		stale = sd.Stale()
 	}
 	var buf [2]coreAction
