@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/queuey/queuey/internal/redact"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -45,7 +46,7 @@ func NewManagementAPI(apiURL, amqpURL string, client *http.Client) (*ManagementA
 	}
 	uri, err := amqp.ParseURI(amqpURL)
 	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: AMQP URL %q: %w", Redact(amqpURL), redactErr(err, amqpURL))
+		return nil, fmt.Errorf("rabbitmq: AMQP URL %q: %w", Redact(amqpURL), redact.Err(err, amqpURL))
 	}
 	m := &ManagementAPI{user: uri.Username, password: uri.Password, vhost: uri.Vhost, client: client}
 	if base.User != nil {

@@ -7,12 +7,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/queuey/queuey/internal/redact"
 	"github.com/queuey/queuey/internal/redial"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -257,7 +256,7 @@ func Connect(ctx context.Context, copts ConnectOptions, opts Options) (*Backend,
 	if copts.Dial == nil {
 		for i, u := range copts.URLs {
 			if _, err := amqp.ParseURI(u); err != nil {
-				return nil, fmt.Errorf("rabbitmq: Connect: URL %d (%s): %w", i+1, Redact(u), redactErr(err, u))
+				return nil, fmt.Errorf("rabbitmq: Connect: URL %d (%s): %w", i+1, Redact(u), redact.Err(err, u))
 			}
 		}
 		copts.Dial = DialAMQP(amqp.Config{})
@@ -432,7 +431,7 @@ func (s *supervisor) drive(ctx context.Context, acts []redial.Action) (Conn, red
 			conn = c
 			isFatal := false
 			if err != nil {
-				err = redactErr(err, raw)
+				err = redact.Err(err, raw)
 				if isFatal = fatal(err); isFatal {
 					err = fmt.Errorf("%w: %s: %w", ErrConnectionFailed, shown, err)
 				} else {
@@ -618,56 +617,4 @@ func (s *supervisor) close() {
 // where the parser cannot find it; so is one with an "@" the parser did not
 // take for the end of a user and password ("amqp://user:123/pw@host/"
 // parses as host "user", port 123).
-func Redact(rawURL string) string {
-	if _, ok := findPassword(rawURL); !ok {
-		return unparsableURL
-	}
-	u, _ := url.Parse(rawURL)
-	return u.Redacted()
-}
-
-const unparsableURL = "<unparsable URL>"
-
-// findPassword returns raw's password ("" for none), and false when raw
-// cannot be trusted to show where its password is: it does not parse, or
-// has an "@" outside the userinfo.
-func findPassword(raw string) (string, bool) {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return "", false
-	case u.User == nil:
-		return "", !strings.Contains(raw, "@")
-	}
-	pw, _ := u.User.Password()
-	return pw, true
-}
-
-// redactErr removes raw's password from err's text, if it is there. When
-// raw cannot be trusted to show its password (see Redact), raw itself is
-// replaced wherever it appears, as it is or quoted (url.Error quotes it).
-func redactErr(err error, raw string) error {
-	msg := err.Error()
-	out := msg
-	if pw, ok := findPassword(raw); !ok {
-		q := strconv.Quote(raw)
-		out = strings.ReplaceAll(out, q[1:len(q)-1], unparsableURL)
-		out = strings.ReplaceAll(out, raw, unparsableURL)
-	} else if pw != "" {
-		out = strings.ReplaceAll(out, pw, "xxxxx")
-	}
-	if out == msg {
-		return err
-	}
-	return redactedError{msg: out, err: err}
-}
-
-// redactedError is an error whose text hides a password; errors.Is and As
-// still see the original.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e redactedError) Error() string { return e.msg }
-func (e redactedError) Unwrap() error { return e.err }
+func Redact(rawURL string) string { return redact.URL(rawURL) }

@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"time"
 
+	"github.com/queuey/queuey/internal/redact"
 	"github.com/queuey/queuey/rabbitmq"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"golang.org/x/term"
@@ -51,8 +52,8 @@ const dialTimeout = 10 * time.Second
 func dialAMQP(_ context.Context, url string) (opener, func() error, error) {
 	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(dialTimeout)})
 	if err != nil {
-		// amqp091's errors do not carry the URL; ours names it redacted.
-		return nil, nil, fmt.Errorf("cannot reach the broker at %s: %w", rabbitmq.Redact(url), err)
+		// amqp091's parse errors quote the URL, password and all.
+		return nil, nil, fmt.Errorf("cannot reach the broker at %s: %w", rabbitmq.Redact(url), redact.Err(err, url))
 	}
 	return func() (rabbitmq.InspectChannel, error) { return conn.Channel() }, conn.Close, nil
 }

@@ -254,3 +254,17 @@ func TestRedrivenJobIsTheSameJob(t *testing.T) {
 		t.Fatalf("work queue holds %+v; want n-0, n-1, then e-1 at attempt 1 with its payload", got)
 	}
 }
+
+// A URL the client library cannot parse never shows its password: its
+// parse error quotes the URL whole.
+func TestDialHidesThePasswordOfABadURL(t *testing.T) {
+	for _, u := range []string{
+		"amqp://user:s3cr3t@localhost:5672x/", // a bad port
+		"amqp://user:s3cr3t%zz@localhost/",    // a bad escape
+	} {
+		_, _, err := dialAMQP(t.Context(), u)
+		if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("dialAMQP(%q): %v", u, err)
+		}
+	}
+}
