@@ -421,9 +421,15 @@ type RedriveOptions struct {
 	ResetAttempts bool
 	// DryRun reads and counts without moving anything.
 	DryRun bool
+	// Limit, if positive, is the most dead letters the redrive reads. A
+	// command that counts with a dry run and asks the operator to confirm
+	// passes the dry run's Read: dead letters that arrive while the
+	// operator thinks queue behind those counted, and are left for the
+	// next redrive. Zero for no limit beyond the queue's length when the
+	// redrive begins.
+	Limit int
 	// Progress, if set, is called after each dead letter read, with how
-	// many were read and how many the queue held when the redrive began
-	// (read exceeds it when dead letters arrive meanwhile).
+	// many were read and how many the queue held when the redrive began.
 	Progress func(read, total int)
 }
 
@@ -447,10 +453,14 @@ type RedriveReport struct {
 // payload, priority 0). Each is republished, and the broker's confirm
 // awaited, before it is removed from the dead-letter queue, so a redrive
 // interrupted at any point loses nothing: at worst the one job it was
-// moving is in both queues (RedriveReport.MaybeMoved). It reads until the
-// dead-letter queue has nothing it has not seen, holding what it leaves
-// unacknowledged until the end; a job it moved that is dead-lettered again
-// meanwhile is left in place (RedriveReport.Recurred), never moved twice.
+// moving is in both queues (RedriveReport.MaybeMoved). It reads as many
+// dead letters as the queue held when it began, and no more, holding what
+// it leaves unacknowledged until the end. Dead letters that arrive
+// meanwhile queue behind those and are left for a later redrive, so a
+// redrive ends even while jobs keep failing faster than it moves them; a
+// job it moved that is dead-lettered again and read all the same (another
+// consumer returned dead letters meanwhile) is left in place
+// (RedriveReport.Recurred), never moved twice.
 //
 // A dead letter that another channel returned to the queue moments before
 // (one that was cut off, say) may not be readable yet, since RabbitMQ
@@ -469,6 +479,9 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 	var rep RedriveReport
 	if _, err := in.declarePassive(queue); err != nil {
 		return rep, err
+	}
+	if opts.Limit < 0 {
+		return rep, fmt.Errorf("rabbitmq: redrive limit %d is negative", opts.Limit)
 	}
 	moved := map[string]bool{} // by movedKey
 	take := func(ch InspectChannel, pub *publisher, dl DeadLetter, d amqp.Delivery) (bool, error) {
@@ -509,7 +522,7 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 		if opts.Progress != nil {
 			opts.Progress(read, total)
 		}
-		return false, nil
+		return read >= total || read == opts.Limit, nil
 	}, take)
 	in.log.InfoContext(ctx, "queuey: redrive", slog.String("queue", queue), slog.Int("read", rep.Read),
 		slog.Int("moved", rep.Moved), slog.Int("skipped", rep.Skipped), slog.Int("maybe_moved", rep.MaybeMoved),

@@ -459,7 +459,7 @@ func TestInspectorUnknownQueue(t *testing.T) {
 }
 
 // A job dead-lettered again while its redrive runs is left in place, not
-// moved twice: a redrive ends even when its jobs fail at once.
+// moved twice: a redrive reads only what the queue held when it began.
 func TestInspectorRedriveNeverMovesAJobTwice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newInspectRig(t, queuey.Classic, false)
@@ -483,11 +483,49 @@ func TestInspectorRedriveNeverMovesAJobTwice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.Moved != 7 || rep.Recurred != 7 || rep.Skipped != 1 || rep.Read != 15 {
-			t.Fatalf("report %+v, want 7 moved, 7 recurred, the malformed one skipped", rep)
+		if rep.Moved != 7 || rep.Recurred != 0 || rep.Skipped != 1 || rep.Read != 8 {
+			t.Fatalf("report %+v, want the 8 there at the start read: 7 moved, the malformed one skipped", rep)
 		}
 		if got := r.count(t, "jobs.dead"); got != 8 || len(again) != 7 {
 			t.Fatalf("%d dead letters, %d failed again; want 8 and 7", got, len(again))
+		}
+	})
+}
+
+// Dead letters arriving as fast as the redrive reads them do not keep it
+// going: it moves what the queue held when it began, and leaves the rest.
+// A Limit bounds it further.
+func TestInspectorRedriveEndsWhileDeadLettersKeepArriving(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Classic, false)
+		r.deadLetterSome(t, 3) // 8 dead letters, one malformed
+		fresh := 0
+		inflow := func(int, int) {
+			if fresh == 100 {
+				return // an end, for a redrive that does not stop by itself
+			}
+			fresh++
+			body := fmt.Sprintf(`{"v":1,"id":"fresh-%d","kind":"inspect","queue":"jobs","payload":{},"attempt":1,"enqueued_at":"2026-01-01T00:00:00Z"}`, fresh)
+			if err := r.backend.DeadLetter(t.Context(), "jobs", []byte(body), "fatal: again", 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rep, err := r.insp.Redrive(t.Context(), "jobs", RedriveOptions{Progress: inflow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Read != 8 || rep.Moved != 7 || fresh != 8 {
+			t.Fatalf("report %+v with %d arrived meanwhile; want the 8 there at the start read, 7 moved", rep, fresh)
+		}
+		if got := r.count(t, "jobs.dead"); got != 9 {
+			t.Fatalf("%d dead letters left, want the malformed one and the 8 that arrived", got)
+		}
+		rep, err = r.insp.Redrive(t.Context(), "jobs", RedriveOptions{Limit: 3})
+		if err != nil || rep.Read != 3 {
+			t.Fatalf("redrive with Limit 3: %+v, %v; want 3 read", rep, err)
+		}
+		if _, err := r.insp.Redrive(t.Context(), "jobs", RedriveOptions{Limit: -1}); err == nil {
+			t.Fatal("a negative Limit was taken")
 		}
 	})
 }

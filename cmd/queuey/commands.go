@@ -217,8 +217,10 @@ func (a *app) redrive(ctx context.Context, o options, in *rabbitmq.Inspector, qu
 		}
 	}
 	bar := newProgressBar(a.stderr, a.interactive && !o.json, "redriving")
+	// Only those the count read, so no more are moved than were
+	// confirmed: dead letters that arrived since queue behind them.
 	rep, err := in.Redrive(ctx, queue, rabbitmq.RedriveOptions{
-		Filter: o.filter(), ResetAttempts: o.resetAttempts, DryRun: o.dryRun, Progress: bar.set,
+		Filter: o.filter(), ResetAttempts: o.resetAttempts, DryRun: o.dryRun, Limit: count.Read, Progress: bar.set,
 	})
 	bar.finish()
 	if o.json {
