@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -554,6 +555,16 @@ func redriveMessage(dl DeadLetter, resetAttempts bool) (amqp.Publishing, error) 
 		env.Attempt = 1
 	}
 	env.Priority = 0
+	if _, ok := env.Ext[queuey.ExtDueAt]; ok {
+		// The release time of a hold it left long ago: its first run
+		// after the redrive was not released by a hold, and an Observer
+		// must not count the time since as the hold's added wait.
+		env.Ext = maps.Clone(env.Ext)
+		delete(env.Ext, queuey.ExtDueAt)
+		if len(env.Ext) == 0 {
+			env.Ext = nil
+		}
+	}
 	body, err := env.Encode()
 	if err != nil {
 		return amqp.Publishing{}, err

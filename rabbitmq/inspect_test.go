@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -528,4 +529,32 @@ func TestInspectorRedriveEndsWhileDeadLettersKeepArriving(t *testing.T) {
 			t.Fatal("a negative Limit was taken")
 		}
 	})
+}
+
+// A redriven job no longer carries the release time of a hold it left
+// long ago: an Observer would count everything since as the hold's added
+// wait. Other extension fields stay.
+func TestRedriveDropsTheOldReleaseTime(t *testing.T) {
+	env := queuey.Envelope{Version: queuey.EnvelopeVersion, ID: "j1", Kind: "k", Queue: "jobs", Payload: []byte(`{}`),
+		Attempt: 3, EnqueuedAt: time.Unix(1, 0).UTC(), Ext: map[string]json.RawMessage{
+			queuey.ExtDueAt: []byte(`"2026-01-01T00:00:00Z"`), "trace": []byte(`"abc"`),
+		}}
+	body, err := env.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := redriveMessage(DeadLetter{Body: body}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := queuey.DecodeEnvelope(msg.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Ext[queuey.ExtDueAt]; ok || string(got.Ext["trace"]) != `"abc"` || got.Attempt != 1 {
+		t.Fatalf("redriven: attempt %d, ext %s", got.Attempt, got.Ext)
+	}
+	if _, ok := env.Ext[queuey.ExtDueAt]; !ok {
+		t.Fatal("the dead letter's own envelope was changed")
+	}
 }
