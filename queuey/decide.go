@@ -86,6 +86,10 @@ const (
 	ReasonAttemptsExhausted = "attempts exhausted"
 	ReasonUnknownKind       = "unknown job kind"
 	ReasonMalformed         = "malformed envelope"
+	// ReasonDelayTooLong is a retry or deferral whose delay no hold can
+	// take (the backend refused it with ErrDelayTooLong): a Defer with a
+	// Retry-After of weeks, say.
+	ReasonDelayTooLong = "delay too long"
 )
 
 // decide is what a handler's result means for the job that ran, as a pure
@@ -144,6 +148,10 @@ func isUnknownKind(err error) bool {
 // the broker has confirmed the successor; ActionAck publishes nothing. The
 // hold is hold(dec): a deferral always goes through a hold queue.
 //
+// A retry or deferral whose delay the backend refuses as too long
+// (ErrDelayTooLong) is dead-lettered instead (ReasonDelayTooLong): no
+// later attempt could publish it.
+//
 // Only after it returns nil may the delivery be acknowledged. On an error
 // the delivery must stay unacknowledged and go back to its queue, so the
 // job is never lost (at worst it runs again). The worker and the simulator
@@ -152,10 +160,31 @@ func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec d
 	switch dec.Action {
 	case ActionAck:
 		return nil
-	case ActionDefer:
-		return backend.Publish(ctx, dec.Successor, hold(dec), HoldDeferred)
-	case ActionRetry:
-		return backend.Publish(ctx, dec.Successor, dec.Delay, HoldRetry)
+	case ActionDefer, ActionRetry:
+		kind := HoldRetry
+		if dec.Action == ActionDefer {
+			kind = HoldDeferred
+		}
+		err := backend.Publish(ctx, dec.Successor, hold(dec), kind)
+		if !errors.Is(err, ErrDelayTooLong) {
+			return err
+		}
+		// No hold will ever take it: returned to its queue, the job would
+		// run and fail the same way again and again, a second apart. It is
+		// dead-lettered as it ran, with its attempts and deferrals as they
+		// were.
+		env := dec.Successor
+		env.Priority = 0
+		if dec.Action == ActionDefer {
+			env.Deferrals--
+		} else {
+			env.Attempt--
+		}
+		body, eerr := env.Encode()
+		if eerr != nil {
+			return eerr
+		}
+		return backend.DeadLetter(ctx, q.Name, body, ReasonDelayTooLong, env.Attempt)
 	case ActionDeadLetter:
 		body, err := dec.Successor.Encode()
 		if err != nil {

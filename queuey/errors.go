@@ -49,7 +49,9 @@ type DeferError struct {
 // of zero or less waits the shortest hold, one deferred granule (see
 // the worker's hold), so a handler that defers every time cannot spin. There is
 // no built-in cap on how often a job defers; a handler that needs one checks
-// the job's deferral count itself.
+// the job's deferral count itself. A delay longer than any hold can wait
+// (the backend refuses it with ErrDelayTooLong; about 24.8 days on
+// RabbitMQ) dead-letters the job with ReasonDelayTooLong.
 func Defer(delay time.Duration, reason string) error {
 	return &DeferError{Delay: delay, Reason: reason}
 }

@@ -498,6 +498,10 @@ func (b *Backend) Declare(ctx context.Context, queues ...queuey.QueueConfig) err
 		if err := b.top.CheckQueueName(q.Name); err != nil {
 			return err
 		}
+		if _, err := b.top.RetryTTL(q.Retry.Cap); err != nil {
+			// Every retry that reached the cap would be refused.
+			return fmt.Errorf("rabbitmq: queue %q: retry cap: %w", q.Name, err)
+		}
 		configs[i] = q
 	}
 	var errs []error

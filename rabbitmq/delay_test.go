@@ -1,0 +1,98 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
+)
+
+// A deferral no hold queue can take (a Retry-After of 30 days, over
+// MaxHoldTTL) is dead-lettered with its reason. Before, the refusal sent
+// the job back to its queue, and it ran again every RequeueDelay, calling
+// the rate-limited service each time, for ever.
+func TestWorkerDeadLettersADelayNoHoldCanTake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+		conn, err := broker.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(Channels(conn.Channel), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		queues := []queuey.QueueConfig{{Name: "jobs", Prefetch: 1}}
+		producer, err := queuey.NewProducer(t.Context(), b, queues, queuey.ProducerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		worker, err := queuey.NewWorker(t.Context(), b, queues, queuey.WorkerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		err = queuey.Register(worker, queuey.HandlerFunc[slowJob](func(context.Context, *queuey.Job[slowJob]) error {
+			runs.Add(1)
+			return queuey.Defer(30*24*time.Hour, "Retry-After: 30 days")
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := producer.Enqueue(t.Context(), slowJob{N: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- worker.Run(ctx) }()
+		time.Sleep(10 * time.Second) // ten RequeueDelays
+		synctest.Wait()
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("the handler ran %d times in 10 s, want once", n)
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, ok, err := ch.Get("jobs.dead", true)
+		if err != nil || !ok {
+			t.Fatalf("no dead letter (%v)", err)
+		}
+		env, err := queuey.DecodeEnvelope(d.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reason := d.Headers[HeaderDeathReason]; reason != queuey.ReasonDelayTooLong || env.Deferrals != 0 || env.Attempt != 1 {
+			t.Fatalf("dead letter: reason %v, deferrals %d, attempt %d; want %q, 0, 1", reason, env.Deferrals, env.Attempt, queuey.ReasonDelayTooLong)
+		}
+	})
+}
+
+// A retry cap no hold queue can take is refused when the queue is
+// declared, rather than at the first retry that reaches it.
+func TestDeclareRefusesARetryCapNoHoldCanTake(t *testing.T) {
+	broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+	conn, err := broker.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Channels(conn.Channel), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	err = b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs", Retry: queuey.RetryPolicy{Cap: 40 * 24 * time.Hour}})
+	if !errors.Is(err, queuey.ErrDelayTooLong) {
+		t.Fatalf("Declare with a 40-day retry cap: %v, want ErrDelayTooLong", err)
+	}
+}
