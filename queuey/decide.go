@@ -120,7 +120,7 @@ func decide(env Envelope, result error, q QueueConfig, u float64) decision {
 	}
 	if fatalErr, ok := errors.AsType[*FatalError](result); ok {
 		next.Priority = 0
-		return decision{Action: ActionDeadLetter, Successor: next, Reason: "fatal: " + fatalErr.Err.Error(), Err: result}
+		return decision{Action: ActionDeadLetter, Successor: next, Reason: "fatal: " + fatalErr.text(), Err: result}
 	}
 	switch {
 	case isUnknownKind(result):

@@ -56,6 +56,8 @@ func TestDecide(t *testing.T) {
 			decision{Action: ActionDeadLetter, Successor: job(1, 0, 0), Reason: "fatal: boom"}},
 		{"wrapped fatal", job(1, 0, 0), fmt.Errorf("charge: %w", Fatal(errors.New("card declined"))), classic,
 			decision{Action: ActionDeadLetter, Successor: job(1, 0, 0), Reason: "fatal: card declined"}},
+		{"a FatalError built with no Err dead-letters, never panics", job(1, 0, 0), &FatalError{}, classic,
+			decision{Action: ActionDeadLetter, Successor: job(1, 0, 0), Reason: "fatal: fatal"}},
 		{"unknown kind dead-letters, never retries", job(1, 0, 0), &UnknownKindError{Kind: "nope"}, classic,
 			decision{Action: ActionDeadLetter, Successor: job(1, 0, 0), Reason: ReasonUnknownKind}},
 	}

@@ -79,7 +79,16 @@ func Fatal(err error) error {
 	return &FatalError{Err: err}
 }
 
-func (e *FatalError) Error() string { return "queuey: fatal: " + e.Err.Error() }
+func (e *FatalError) Error() string { return "queuey: fatal: " + e.text() }
+
+// text is Err's text, "fatal" for a FatalError built by hand with no Err
+// (Fatal never builds one).
+func (e *FatalError) text() string {
+	if e.Err == nil {
+		return "fatal"
+	}
+	return e.Err.Error()
+}
 func (e *FatalError) Unwrap() error { return e.Err }
 
 // PanicError is the error a handler's recovered panic becomes. It is
