@@ -368,6 +368,17 @@ func TestPublishRefusesAnInvalidEnvelope(t *testing.T) {
 	if err := r.b.Publish(t.Context(), env, 0, queuey.HoldRetry); !errors.Is(err, queuey.ErrMalformedEnvelope) {
 		t.Fatalf("Publish of an invalid envelope: %v", err)
 	}
+	// A kind over 255 bytes would not fit the type property, an AMQP short
+	// string: amqp091-go would close the whole connection over it.
+	env = testJob("jobs", "j1", 0)
+	env.Kind = strings.Repeat("k", 300)
+	if err := r.b.Publish(t.Context(), env, 0, queuey.HoldRetry); !errors.Is(err, queuey.ErrMalformedEnvelope) {
+		t.Fatalf("Publish of a 300-byte kind: %v", err)
+	}
+	r.declare(queuey.QueueConfig{Name: "jobs"})
+	if err := r.b.Publish(t.Context(), testJob("jobs", "j2", 0), 0, queuey.HoldRetry); err != nil {
+		t.Fatalf("publish after the refusal: %v", err)
+	}
 }
 
 func TestRetryHoldWaitsInHoldQueueAndReturnsAfterTTL(t *testing.T) {

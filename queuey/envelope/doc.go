@@ -9,9 +9,9 @@
 //
 //	key          required  JSON type              rule
 //	v            yes       integer                must be 1 (Version)
-//	id           yes       string                 the job id; not empty
-//	kind         yes       string                 the job kind, which selects the handler; not empty
-//	queue        yes       string                 the logical queue name; not empty
+//	id           yes       string                 the job id; 1 to 255 bytes
+//	kind         yes       string                 the job kind, which selects the handler; 1 to 255 bytes
+//	queue        yes       string                 the logical queue name; 1 to 255 bytes
 //	payload      yes       any JSON value         the job's arguments; null is allowed
 //	attempt      yes       integer                1-based number of the next run (1 for a new job); >= 1
 //	deferrals    no        integer                times a handler deferred the job; >= 0; absent means 0
@@ -23,6 +23,11 @@
 //
 //	{"v":1,"id":"job-1","kind":"send_email","queue":"emails","payload":{"to":"a@example.com"},
 //	 "attempt":1,"deferrals":0,"priority":0,"enqueued_at":"2025-01-02T03:04:05.123456789Z"}
+//
+// The three strings are at most 255 bytes (MaxString) because AMQP carries
+// them as short strings: the id as the message-id property, the kind as the
+// type property, and the queue as a queue name. A longer one would fail on
+// the wire, where amqp091-go closes the whole connection over it.
 //
 // Readers are strict, so that what one producer writes means the same thing
 // to every consumer:

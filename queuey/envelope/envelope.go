@@ -132,6 +132,10 @@ func (e Envelope) AppendEncoded(b []byte) ([]byte, error) {
 	return appendEnvelope(b, e), nil
 }
 
+// MaxString is the longest id, kind or queue name an envelope carries, in
+// bytes: an AMQP short string's.
+const MaxString = 255
+
 // validate checks e against the rules of the wire format, in wire key order.
 func (e Envelope) validate() error {
 	if e.Version != 0 && e.Version != Version {
@@ -145,6 +149,9 @@ func (e Envelope) validate() error {
 	} {
 		if f.value == "" {
 			return &Error{Field: f.key, Reason: "must not be empty"}
+		}
+		if len(f.value) > MaxString {
+			return &Error{Field: f.key, Reason: fmt.Sprintf("is %d bytes, over the %d an AMQP short string carries", len(f.value), MaxString)}
 		}
 		if !utf8.ValidString(f.value) {
 			return &Error{Field: f.key, Reason: "must be valid UTF-8"}
@@ -265,6 +272,9 @@ func decodeEnvelopeGeneral(body []byte) (Envelope, error) {
 		}
 		if *f.dst == "" {
 			return Envelope{}, &Error{Field: f.key, Reason: "must not be empty"}
+		}
+		if len(*f.dst) > MaxString {
+			return Envelope{}, &Error{Field: f.key, Reason: fmt.Sprintf("is %d bytes, over the %d an AMQP short string carries", len(*f.dst), MaxString)}
 		}
 	}
 

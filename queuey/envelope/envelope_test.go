@@ -426,6 +426,9 @@ var envelopeRejections = []struct {
 	{"KindArray", envelopeBody([]envelopeMember{{"kind", `["send_email"]`}}), "kind", "must be a string, got array"},
 	{"QueueEmpty", envelopeBody([]envelopeMember{{"queue", `""`}}), "queue", "must not be empty"},
 	{"QueueBoolean", envelopeBody([]envelopeMember{{"queue", `true`}}), "queue", "must be a string, got boolean"},
+	{"IDTooLong", envelopeBody([]envelopeMember{{"id", `"` + strings.Repeat("i", 256) + `"`}}), "id", "is 256 bytes, over the 255"},
+	{"KindTooLong", envelopeBody([]envelopeMember{{"kind", `"` + strings.Repeat("\u00e9", 128) + `"`}}), "kind", "is 256 bytes, over the 255"},
+	{"QueueTooLong", envelopeBody([]envelopeMember{{"queue", `"` + strings.Repeat("q", 300) + `"`}}), "queue", "is 300 bytes, over the 255"},
 
 	// Integers.
 	{"AttemptZero", envelopeBody([]envelopeMember{{"attempt", `0`}}), "attempt", "must be at least 1, got 0"},
@@ -503,6 +506,8 @@ func TestEnvelopeEncodeRejects(t *testing.T) {
 		{"KindInvalidUTF8", func(e *envelope.Envelope) { e.Kind = "\xc3" }, "kind", "must be valid UTF-8"},
 		{"QueueEmpty", func(e *envelope.Envelope) { e.Queue = "" }, "queue", "must not be empty"},
 		{"QueueInvalidUTF8", func(e *envelope.Envelope) { e.Queue = "\xed\xa0\x80" }, "queue", "must be valid UTF-8"},
+		{"IDTooLong", func(e *envelope.Envelope) { e.ID = strings.Repeat("i", 256) }, "id", "is 256 bytes, over the 255"},
+		{"KindTooLong", func(e *envelope.Envelope) { e.Kind = strings.Repeat("k", 256) }, "kind", "is 256 bytes, over the 255"},
 		{"PayloadNil", func(e *envelope.Envelope) { e.Payload = nil }, "payload", "must be valid JSON, got nothing (use null for a job without arguments)"},
 		{"PayloadEmpty", func(e *envelope.Envelope) { e.Payload = json.RawMessage{} }, "payload", "got nothing"},
 		{"PayloadInvalidJSON", func(e *envelope.Envelope) { e.Payload = json.RawMessage(`{"to":`) }, "payload", "must be valid JSON"},

@@ -127,15 +127,16 @@ func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
 		return Envelope{}, false
 	}
 	e.Version = Version
-	if e.ID, ok = p.str(); !ok || e.ID == "" || !p.lit(`,"kind":`) {
+	// Any rule broken, the general reader says which.
+	if e.ID, ok = p.str(); !ok || e.ID == "" || len(e.ID) > MaxString || !p.lit(`,"kind":`) {
 		return Envelope{}, false
 	}
 	kind, ok := p.strBytes()
-	if !ok || len(kind) == 0 || !p.lit(`,"queue":`) {
+	if !ok || len(kind) == 0 || len(kind) > MaxString || !p.lit(`,"queue":`) {
 		return Envelope{}, false
 	}
 	queue, ok := p.strBytes()
-	if !ok || len(queue) == 0 || !p.lit(`,"payload":`) {
+	if !ok || len(queue) == 0 || len(queue) > MaxString || !p.lit(`,"payload":`) {
 		return Envelope{}, false
 	}
 	start := p.i
