@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -25,7 +26,7 @@ var ErrBackendClosed = errors.New("rabbitmq: backend closed")
 // The headers DeadLetter sets on every message it publishes.
 const (
 	// HeaderDeathReason is the dead-letter header carrying why the job was
-	// dead-lettered (an AMQP long string).
+	// dead-lettered (an AMQP long string), cut to MaxReason bytes.
 	HeaderDeathReason = "x-death-reason"
 	// HeaderOriginalQueue is the dead-letter header carrying the work queue
 	// the job was dead-lettered from (an AMQP long string).
@@ -785,10 +786,16 @@ func declaredByOlderBuild(err error, ttl int64) bool {
 			strings.Contains(ae.Reason, "current is the value '"+old+"'")) // another type
 }
 
+// MaxReason is the most bytes of a dead-letter reason DeadLetter sends: a
+// longer one (a fatal error quoting a whole response body, say) is cut,
+// ending in "…". Headers travel in one frame, and RabbitMQ closes the
+// connection over a frame larger than frame_max (128 KiB by default).
+const MaxReason = 4096
+
 // DeadLetter publishes body, byte for byte, to queue's dead-letter queue
-// with the headers x-death-reason (reason), x-original-queue (queue) and
-// x-attempts (attempts, as an int64), persistent, and returns once the
-// broker has confirmed it. queue must have been declared through this
+// with the headers x-death-reason (reason, cut to MaxReason bytes),
+// x-original-queue (queue) and x-attempts (attempts, as an int64),
+// persistent, and returns once the broker has confirmed it. queue must have been declared through this
 // backend (queuey.ErrUnknownQueue otherwise). A dead-letter queue that does
 // not exist (see SkipDeadLetterQueues) is an error wrapping ErrReturned.
 func (b *Backend) DeadLetter(ctx context.Context, queue string, body []byte, reason string, attempts int) error {
@@ -801,13 +808,27 @@ func (b *Backend) DeadLetter(ctx context.Context, queue string, body []byte, rea
 	}
 	return b.publish(ctx, b.top.DeadQueue(queue), amqp.Publishing{
 		Headers: amqp.Table{
-			HeaderDeathReason:   reason,
+			HeaderDeathReason:   cutReason(reason),
 			HeaderOriginalQueue: queue,
 			HeaderAttempts:      int64(attempts),
 		},
 		DeliveryMode: amqp.Persistent,
 		Body:         body,
 	})
+}
+
+// cutReason cuts reason to MaxReason bytes, at a character's start, ending
+// in "…".
+func cutReason(reason string) string {
+	if len(reason) <= MaxReason {
+		return reason
+	}
+	const ellipsis = "…"
+	cut := MaxReason - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut] + ellipsis
 }
 
 // Consume opens a fresh channel, sets Qos(prefetch, 0, false) on it and

@@ -3,10 +3,12 @@ package rabbitmq
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
@@ -94,5 +96,33 @@ func TestDeclareRefusesARetryCapNoHoldCanTake(t *testing.T) {
 	err = b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs", Retry: queuey.RetryPolicy{Cap: 40 * 24 * time.Hour}})
 	if !errors.Is(err, queuey.ErrDelayTooLong) {
 		t.Fatalf("Declare with a 40-day retry cap: %v, want ErrDelayTooLong", err)
+	}
+}
+
+// A dead-letter reason longer than MaxReason (a fatal error quoting a
+// 200 KB response body) is cut at a character's start: whole, the header
+// frame would exceed RabbitMQ's frame_max and the broker would close the
+// connection.
+func TestDeadLetterCutsALongReason(t *testing.T) {
+	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
+	r.declare(queuey.QueueConfig{Name: "jobs"})
+	reason := "fatal: upstream said: " + strings.Repeat("é", 100_000)
+	if err := r.b.DeadLetter(t.Context(), "jobs", []byte(`{}`), reason, 1); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := r.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := ch.Get("jobs.dead", true)
+	if err != nil || !ok {
+		t.Fatalf("no dead letter (%v)", err)
+	}
+	got, _ := d.Headers[HeaderDeathReason].(string)
+	if len(got) > MaxReason || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") || !strings.HasPrefix(got, "fatal: upstream said: éé") {
+		t.Fatalf("reason of %d bytes, valid UTF-8 %t: %.40q…", len(got), utf8.ValidString(got), got)
+	}
+	if short := cutReason("fatal: boom"); short != "fatal: boom" {
+		t.Fatalf("a short reason was changed: %q", short)
 	}
 }
