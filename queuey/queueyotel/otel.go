@@ -29,6 +29,10 @@
 //
 // An up-down counter, queuey.handlers.running, counts handlers running now.
 //
+// Kinds come off the wire, so their number is bounded: after the first
+// 1024 queue and kind pairs an Observer sees, further kinds are counted as
+// queuey.job.kind "other" (OtherKind). Spans carry every kind as it is.
+//
 // # Traces
 //
 // Enqueue starts a producer span, "send QUEUE", and writes its W3C trace
@@ -105,6 +109,10 @@ type jobClass struct{ queue, kind string }
 // measure is the measurement option of a queue and kind's points, made
 // once: building the attribute set per job cost a few allocations each
 // (BenchmarkConsume, impl=queuey+otel).
+//
+// Kinds come off the wire, and a producer's bug can make every job's kind
+// different: once maxClasses queue and kind pairs have been seen, a new
+// pair's kind counts as OtherKind, so the metrics' series stay bounded.
 func (o *Observer) measure(queue, kind string) metric.MeasurementOption {
 	c := jobClass{queue, kind}
 	o.mu.RLock()
@@ -113,17 +121,38 @@ func (o *Observer) measure(queue, kind string) metric.MeasurementOption {
 	if ok {
 		return opt
 	}
-	opt = metric.WithAttributeSet(attribute.NewSet(semconv.MessagingDestinationName(queue), KindKey.String(kind)))
 	o.mu.Lock()
-	if len(o.attrs) < maxClasses {
-		o.attrs[c] = opt
+	defer o.mu.Unlock()
+	if opt, ok := o.attrs[c]; ok {
+		return opt
 	}
-	o.mu.Unlock()
+	if len(o.attrs) >= maxClasses {
+		c.kind = OtherKind
+		if opt, ok := o.attrs[c]; ok {
+			return opt
+		}
+	}
+	opt = metric.WithAttributeSet(attribute.NewSet(semconv.MessagingDestinationName(queue), KindKey.String(c.kind)))
+	o.attrs[c] = opt
 	return opt
 }
 
-// maxClasses bounds the cache of measurement options.
+// kindLabel is the kind measure labels queue and kind's points with.
+func (o *Observer) kindLabel(queue, kind string) string {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if _, ok := o.attrs[jobClass{queue, kind}]; ok {
+		return kind
+	}
+	return OtherKind
+}
+
+// maxClasses bounds the queue and kind pairs the metrics break down by.
 const maxClasses = 1024
+
+// OtherKind is the queuey.job.kind of the metrics of every kind beyond the
+// first 1024 queue and kind pairs an Observer has seen.
+const OtherKind = "other"
 
 var _ queuey.Observer = (*Observer)(nil)
 
@@ -209,8 +238,9 @@ func (o *Observer) Enqueue(ctx context.Context, env *queuey.Envelope) func(error
 	o.propagator.Inject(ctx, extCarrier{&env.Ext})
 	return func(err error) {
 		if err != nil {
+			o.measure(env.Queue, env.Kind) // the kind counts toward the bound
 			o.enqueued.Add(ctx, 1, metric.WithAttributes(semconv.MessagingDestinationName(env.Queue),
-				KindKey.String(env.Kind), semconv.ErrorType(err)))
+				KindKey.String(o.kindLabel(env.Queue, env.Kind)), semconv.ErrorType(err)))
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		} else {
@@ -257,7 +287,7 @@ func (o *Observer) Run(ctx context.Context, run queuey.RunInfo) (context.Context
 		case queuey.ActionDeadLetter:
 			outcome = "dead_lettered"
 			o.deadLettered.Add(ctx, 1, metric.WithAttributes(semconv.MessagingDestinationName(job.Queue),
-				KindKey.String(job.Kind), ReasonKey.String(reasonClass(out.Reason))))
+				KindKey.String(o.kindLabel(job.Queue, job.Kind)), ReasonKey.String(reasonClass(out.Reason))))
 		}
 		span.SetAttributes(OutcomeKey.String(outcome))
 		if out.Result != nil && out.Action != queuey.ActionDefer {

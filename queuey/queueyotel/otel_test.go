@@ -250,3 +250,42 @@ func summarize(data metricdata.Aggregation) string {
 	slices.Sort(pts)
 	return fmt.Sprint(pts)[1 : len(fmt.Sprint(pts))-1]
 }
+
+// Kinds come off the wire: a producer's bug that gives every job a kind of
+// its own must not give the metrics a series per job. Past 1024 queue and
+// kind pairs, kinds count as OtherKind; spans keep them.
+func TestMetricsKindsAreBounded(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	obs, err := queueyotel.New(queueyotel.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1100
+	for i := range n {
+		job := queuey.JobContext{ID: fmt.Sprint(i), Kind: fmt.Sprintf("kind-%d", i), Queue: "q", Attempt: 1, EnqueuedAt: time.Unix(1, 0)}
+		_, done := obs.Run(t.Context(), queuey.RunInfo{Job: job, Started: time.Unix(2, 0)})
+		done(queuey.RunOutcome{Action: queuey.ActionDeadLetter, Reason: queuey.ReasonUnknownKind})
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"queuey.jobs.started", "queuey.jobs.dead_lettered"} {
+		kinds := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				sum, ok := m.Data.(metricdata.Sum[int64])
+				if !ok || m.Name != name {
+					continue
+				}
+				for _, p := range sum.DataPoints {
+					k, _ := p.Attributes.Value(queueyotel.KindKey)
+					kinds[k.AsString()] += p.Value
+				}
+			}
+		}
+		if len(kinds) != 1025 || kinds[queueyotel.OtherKind] != n-1024 || kinds["kind-0"] != 1 {
+			t.Errorf("%s: %d kinds, %d counted as %q; want 1025, %d", name, len(kinds), kinds[queueyotel.OtherKind], queueyotel.OtherKind, n-1024)
+		}
+	}
+}
