@@ -112,7 +112,9 @@ func (p *Producer) Enqueue(ctx context.Context, args JobArgs) (string, error) {
 
 // EnqueueAfter publishes a job to run after delay (rounded up, never down,
 // to the backend's deferred granularity), joining the back of its queue at
-// priority 0. The queue must have been declared by NewProducer.
+// priority 0. A delay of zero or less publishes it now, as Enqueue does; one
+// longer than any hold can wait is refused with ErrDelayTooLong, before
+// anything is sent. The queue must have been declared by NewProducer.
 func (p *Producer) EnqueueAfter(ctx context.Context, args JobArgs, delay time.Duration) (string, error) {
 	return p.publish(ctx, args, delay, enqueueAfter)
 }

@@ -126,3 +126,27 @@ func TestDeadLetterCutsALongReason(t *testing.T) {
 		t.Fatalf("a short reason was changed: %q", short)
 	}
 }
+
+// EnqueueAfter with a delay of zero or less enqueues now; with one no hold
+// can take, it is refused before anything is sent.
+func TestEnqueueAfterAtTheEdges(t *testing.T) {
+	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
+	queues := []queuey.QueueConfig{{Name: "jobs"}}
+	producer, err := queuey.NewProducer(t.Context(), r.b, queues, queuey.ProducerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := producer.EnqueueAfter(t.Context(), slowJob{N: 1}, -time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := producer.EnqueueAfter(t.Context(), slowJob{N: 2}, 30*24*time.Hour); !errors.Is(err, queuey.ErrDelayTooLong) || id != "" {
+		t.Fatalf("EnqueueAfter 30 days: %q, %v; want ErrDelayTooLong and no ID", id, err)
+	}
+	held := 0
+	for _, q := range r.broker.Queues() {
+		held += q.Ready
+	}
+	if q, _ := r.broker.Queue("jobs"); q.Ready != 1 || held != 1 {
+		t.Fatalf("%d ready on jobs, %d in all; want the negative-delay job alone, on jobs", q.Ready, held)
+	}
+}
