@@ -2,6 +2,8 @@ package queueytest_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +89,96 @@ func TestBubbleRetryRunsExactlyWhenItsHoldEnds(t *testing.T) {
 		runs := h.Log.RunsOf(id)
 		if len(runs) != 2 || runs[1].Attempt != 2 || runs[1].Err != nil || h.Pending("jobs") != 0 || h.Held("jobs") != 0 {
 			t.Fatalf("at 4 s: runs %v, pending %d, held %d; want the second attempt run and settled", runs, h.Pending("jobs"), h.Held("jobs"))
+		}
+	})
+}
+
+// With handlers one at a time, a test sees the same runs at the same
+// instants every time it runs, the default retry jitter included: the
+// harness draws it from a fixed seed.
+func TestBubbleDefaultJitterIsRepeatable(t *testing.T) {
+	trace := func() string {
+		var out strings.Builder
+		q := queuey.QueueConfig{Name: "jobs", Prefetch: 1, Retry: queuey.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 4}}
+		t.Run("run", func(t *testing.T) {
+			queueytest.Test(t, queueytest.Options{}, []queuey.QueueConfig{q}, func(t *testing.T, h *queueytest.Harness) {
+				queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+					if job.Attempt < 3 {
+						return errors.New("flaky")
+					}
+					return nil
+				})
+				h.Start()
+				for i := range 5 {
+					if _, err := h.Producer.Enqueue(t.Context(), Work{Name: fmt.Sprint(i)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range 16 {
+					h.Advance(250 * time.Millisecond)
+					fmt.Fprintf(&out, "%d ", len(h.Log.Runs()))
+				}
+			})
+		})
+		return out.String()
+	}
+	first := trace()
+	for range 3 {
+		if again := trace(); again != first {
+			t.Fatalf("runs done by each quarter second:\n%s\nthen\n%s", first, again)
+		}
+	}
+}
+
+// Misuse fails the test instead of passing silently.
+func TestHarnessRefusesMisuse(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		do   func(h *queueytest.Harness)
+		want string
+	}{
+		{"Handle after Start", func(h *queueytest.Harness) {
+			h.Start()
+			queueytest.Handle(h, func(context.Context, *queuey.Job[Work]) error { return nil })
+		}, "Handle called after Start"},
+		{"Advance backwards", func(h *queueytest.Harness) { h.Advance(-time.Second) }, "time does not go back"},
+		{"Pending of a queue that does not exist", func(h *queueytest.Harness) { h.Pending("jbos") }, `no queue "jbos"`},
+		{"Dead of a queue that does not exist", func(h *queueytest.Harness) { h.Dead("jbos") }, `no queue "jbos.dead"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ft := &exampleT{}
+			defer ft.done()
+			h := queueytest.New(ft, queueytest.Options{}, jobsQueue())
+			failed := func() (msg any) {
+				defer func() { msg = recover() }()
+				tc.do(h)
+				return nil
+			}()
+			if s, _ := failed.(string); !strings.Contains(s, tc.want) {
+				t.Fatalf("%v; want the test failed with %q", failed, tc.want)
+			}
+		})
+	}
+}
+
+// A handler's panic is in the log as a *queuey.PanicError, which
+// errors.As finds.
+func TestBubblePanicIsLoggedAsAPanicError(t *testing.T) {
+	queueytest.Test(t, queueytest.Options{}, []queuey.QueueConfig{jobsQueue()}, func(t *testing.T, h *queueytest.Harness) {
+		queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+			if job.Attempt == 1 {
+				panic("nil map")
+			}
+			return nil
+		})
+		h.Start()
+		if _, err := h.Producer.Enqueue(t.Context(), Work{}); err != nil {
+			t.Fatal(err)
+		}
+		h.Settle()
+		var pe *queuey.PanicError
+		if runs := h.Log.Runs(); len(runs) == 0 || !errors.As(runs[0].Err, &pe) || pe.Value != "nil map" {
+			t.Fatalf("runs %v; want the first a *queuey.PanicError", runs)
 		}
 	})
 }

@@ -14,6 +14,8 @@ package queueytest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +39,13 @@ type TB interface {
 
 // Harness is a producer and a worker for some queues, on a membroker
 // broker driven by a mock clock (New) or a synctest bubble's clock (Test).
+//
+// What a test sees at a virtual instant is the same in every run when
+// handlers run one at a time. With several running at once (a queue's
+// Prefetch, 10 by default), which failing job draws which retry jitter,
+// and the order of runs that end together, are the scheduler's: a test
+// that counts the runs done by an instant sets its queues' Retry.Jitter to
+// queuey.NoJitter, or Prefetch to 1.
 type Harness struct {
 	t        TB
 	Broker   *membroker.Broker
@@ -58,7 +67,10 @@ type Options struct {
 	Topology rabbitmq.Topology
 	// Producer configures the producer; its Clock is always the harness's.
 	Producer queuey.ProducerConfig
-	// Worker configures the worker; its Clock is always the harness's.
+	// Worker configures the worker; its Clock is always the harness's. Its
+	// Rand, the retry jitter's draws, defaults to a source with a fixed
+	// seed, so that a run that fails draws the same jitter in every run of
+	// the test, as long as handlers run one at a time (see Harness).
 	Worker queuey.WorkerConfig
 }
 
@@ -82,7 +94,9 @@ func New(t TB, opts Options, queues ...queuey.QueueConfig) *Harness {
 // a test needs no WaitFor. A handler that waits on something outside the
 // bubble (a real network call, a channel made outside) is not durably
 // blocked: Settle then waits for it, or for ever; give it a fake made
-// inside fn. The worker stops, and everything closes, when fn returns.
+// inside fn. The worker stops, and everything closes, when fn returns; a
+// goroutine a handler started and left blocked then fails the test, as
+// synctest.Test fails for any goroutine of the bubble still blocked.
 func Test(t *testing.T, opts Options, queues []queuey.QueueConfig, fn func(t *testing.T, h *Harness)) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
@@ -115,6 +129,10 @@ func newHarness(t TB, opts Options, clk clock.Clock, queues []queuey.QueueConfig
 	}
 	wcfg := opts.Worker
 	wcfg.Clock = clk
+	if wcfg.Rand == nil {
+		// The worker draws one at a time, under its lock.
+		wcfg.Rand = rand.New(rand.NewPCG(1, 2)).Float64
+	}
 	worker, err := queuey.NewWorker(ctx, backend, queues, wcfg)
 	if err != nil {
 		t.Fatalf("queueytest: worker: %v", err)
@@ -124,13 +142,17 @@ func newHarness(t TB, opts Options, clk clock.Clock, queues []queuey.QueueConfig
 }
 
 // Handle registers fn for jobs of T's kind, recording every run in h.Log,
-// a run that panics included (the panic then goes on to the worker).
+// a run that panics included, with a *queuey.PanicError (the panic then
+// goes on to the worker). Call it before Start.
 func Handle[T queuey.JobArgs](h *Harness, fn func(ctx context.Context, job *queuey.Job[T]) error) {
 	h.t.Helper()
+	if h.started {
+		h.t.Fatal("queueytest: Handle called after Start")
+	}
 	err := queuey.Register(h.Worker, queuey.HandlerFunc[T](func(ctx context.Context, job *queuey.Job[T]) error {
 		defer func() {
 			if v := recover(); v != nil {
-				h.Log.add(Run{JobContext: job.JobContext, Err: fmt.Errorf("panic: %v", v)})
+				h.Log.add(Run{JobContext: job.JobContext, Err: &queuey.PanicError{Value: v, Stack: debug.Stack()}})
 				panic(v)
 			}
 		}()
@@ -166,6 +188,10 @@ func (h *Harness) Start() {
 // released and run, their successors published and the deliveries
 // settled. With New, the worker catches up in its own time (see WaitFor).
 func (h *Harness) Advance(d time.Duration) {
+	h.t.Helper()
+	if d < 0 {
+		h.t.Fatalf("queueytest: Advance(%v): time does not go back", d)
+	}
 	if !h.bubble {
 		h.Clock.Add(d)
 		return
@@ -185,10 +211,21 @@ func (h *Harness) Settle() {
 	synctest.Wait()
 }
 
-// Pending counts a queue's jobs ready to be delivered.
+// Pending counts a queue's jobs ready to be delivered. A queue that does
+// not exist fails the test.
 func (h *Harness) Pending(queue string) int {
-	q, _ := h.Broker.Queue(queue)
-	return q.Ready
+	h.t.Helper()
+	return h.queue(queue).Ready
+}
+
+// queue is the broker's queue name, failing the test if there is none.
+func (h *Harness) queue(name string) membroker.QueueInfo {
+	h.t.Helper()
+	q, ok := h.Broker.Queue(name)
+	if !ok {
+		h.t.Fatalf("queueytest: no queue %q", name)
+	}
+	return q
 }
 
 // Held counts a queue's jobs waiting in its hold queues.
@@ -203,10 +240,11 @@ func (h *Harness) Held(queue string) int {
 	return n
 }
 
-// Dead counts a queue's dead-lettered jobs.
+// Dead counts a queue's dead-lettered jobs. A queue without a dead-letter
+// queue fails the test.
 func (h *Harness) Dead(queue string) int {
-	q, _ := h.Broker.Queue(h.topology.DeadQueue(queue))
-	return q.Ready
+	h.t.Helper()
+	return h.queue(h.topology.DeadQueue(queue)).Ready
 }
 
 // WaitFor waits until cond holds, failing the test with what after a
@@ -241,7 +279,10 @@ func (r Run) String() string {
 	return fmt.Sprintf("%s#%s attempt=%d deferrals=%d priority=%d err=%v", r.Kind, r.ID, r.Attempt, r.Deferrals, r.Priority, r.Err)
 }
 
-// RunLog records handler runs, in order. It is safe for concurrent use.
+// RunLog records handler runs in the order they ended. Runs that end at one
+// virtual instant on several handler goroutines (a queue's Prefetch is 10
+// by default) are in the order the scheduler ran them, which can differ
+// between runs of a test. It is safe for concurrent use.
 type RunLog struct {
 	mu      sync.Mutex
 	runs    []Run
