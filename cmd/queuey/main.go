@@ -13,7 +13,9 @@
 // $RABBITMQ_MANAGEMENT_URL (or --management-url) when set. --json prints
 // JSON for scripts instead of tables. Redrive and purge ask for
 // confirmation on a terminal, and need --yes otherwise. Run queuey --help
-// for every flag; docs/operating.md walks through a dead-letter session.
+// for every flag; the README's "Operating queuey" walks through a
+// dead-letter session, and docs/operating.md says what each command does to
+// the queues.
 //
 // Install it with
 //
