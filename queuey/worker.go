@@ -531,8 +531,10 @@ func (s *shell) handle(a *coreAction) {
 	// acknowledgement needs no such care: on a closed channel it fails,
 	// and the broker has the job.)
 	stale := false
-	if sd, ok := a.Msg.(staler); ok && publish {
-		stale = sd.Stale()
+	if publish {
+		if sd, ok := a.Msg.(staler); ok {
+			stale = sd.Stale()
+		}
 	}
 	var buf [2]coreAction
 	s.mu.Lock()
