@@ -25,20 +25,7 @@ func TestWorkerDeadLettersADelayNoHoldCanTake(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := New(Channels(conn.Channel), Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
-		queues := []queuey.QueueConfig{{Name: "jobs", Prefetch: 1}}
-		producer, err := queuey.NewProducer(t.Context(), b, queues, queuey.ProducerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		worker, err := queuey.NewWorker(t.Context(), b, queues, queuey.WorkerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		producer, worker := jobsDeployment(t, Channels(conn.Channel))
 		var runs atomic.Int32
 		err = queuey.Register(worker, queuey.HandlerFunc[slowJob](func(context.Context, *queuey.Job[slowJob]) error {
 			runs.Add(1)
@@ -83,17 +70,8 @@ func TestWorkerDeadLettersADelayNoHoldCanTake(t *testing.T) {
 // A retry cap no hold queue can take is refused when the queue is
 // declared, rather than at the first retry that reaches it.
 func TestDeclareRefusesARetryCapNoHoldCanTake(t *testing.T) {
-	broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
-	conn, err := broker.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(Channels(conn.Channel), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	err = b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs", Retry: queuey.RetryPolicy{Cap: 40 * 24 * time.Hour}})
+	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
+	err := r.b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs", Retry: queuey.RetryPolicy{Cap: 40 * 24 * time.Hour}})
 	if !errors.Is(err, queuey.ErrDelayTooLong) {
 		t.Fatalf("Declare with a 40-day retry cap: %v, want ErrDelayTooLong", err)
 	}
@@ -149,4 +127,25 @@ func TestEnqueueAfterAtTheEdges(t *testing.T) {
 	if q, _ := r.broker.Queue("jobs"); q.Ready != 1 || held != 1 {
 		t.Fatalf("%d ready on jobs, %d in all; want the negative-delay job alone, on jobs", q.Ready, held)
 	}
+}
+
+// jobsDeployment is a backend on open with the queue "jobs" at prefetch 1,
+// and a producer and a worker for it.
+func jobsDeployment(t *testing.T, open func() (Channel, error)) (*queuey.Producer, *queuey.Worker) {
+	t.Helper()
+	b, err := New(open, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	queues := []queuey.QueueConfig{{Name: "jobs", Prefetch: 1}}
+	producer, err := queuey.NewProducer(t.Context(), b, queues, queuey.ProducerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := queuey.NewWorker(t.Context(), b, queues, queuey.WorkerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return producer, worker
 }

@@ -29,7 +29,7 @@ func TestWorkerDropsTheOutcomeOfAJobWhoseChannelClosed(t *testing.T) {
 			mu    sync.Mutex
 			chans []*membroker.Channel
 		)
-		b, err := New(func() (Channel, error) {
+		producer, worker := jobsDeployment(t, func() (Channel, error) {
 			ch, err := conn.Channel()
 			if err != nil {
 				return nil, err
@@ -38,20 +38,7 @@ func TestWorkerDropsTheOutcomeOfAJobWhoseChannelClosed(t *testing.T) {
 			chans = append(chans, ch)
 			mu.Unlock()
 			return ch, nil
-		}, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
-		queues := []queuey.QueueConfig{{Name: "jobs", Prefetch: 1}}
-		producer, err := queuey.NewProducer(t.Context(), b, queues, queuey.ProducerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		worker, err := queuey.NewWorker(t.Context(), b, queues, queuey.WorkerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		})
 		release := make(chan struct{})
 		err = queuey.Register(worker, queuey.HandlerFunc[slowJob](func(ctx context.Context, j *queuey.Job[slowJob]) error {
 			<-release
