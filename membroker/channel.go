@@ -892,7 +892,11 @@ func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
 	}
 	var touchedBuf [4]*queue
 	touched := touchedBuf[:0]
-	for _, p := range ch.unacked[lo:hi] {
+	settling := ch.unacked[lo:hi]
+	if (op == settleDiscard || op == settleNackDiscard) && hi-lo > 1 {
+		settling = discardOrder(settling)
+	}
+	for _, p := range settling {
 		p.q.unacked--
 		if p.c != nil {
 			p.c.unacked--
@@ -930,6 +934,36 @@ func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
 		}
 	}
 	return nil
+}
+
+// discardOrder is the order in which one basic.reject or basic.nack
+// without requeue dead-letters ps: queue by queue, and on a classic
+// priority queue from the highest priority down, oldest first within one.
+// RabbitMQ 4.0.5 groups a channel's settlements by queue
+// (rabbit_channel:foreach_per_queue), and a classic priority queue folds
+// its per-priority queues from the highest
+// (rabbit_priority_queue:ackfold, over priorities/1's descending list),
+// dead-lettering each message as it goes
+// (rabbit_amqqueue_process:dead_letter_msgs). A dead letter routed back to
+// a queue with a consumer waiting is delivered as it lands, so the order
+// shows (docs/membroker.md, "Dead-lettering several messages at once").
+func discardOrder(ps []pendingAck) []pendingAck {
+	out := make([]pendingAck, 0, len(ps))
+	for i, p := range ps {
+		if slices.ContainsFunc(ps[:i], func(o pendingAck) bool { return o.q == p.q }) {
+			continue // its queue's group is out already
+		}
+		start := len(out)
+		for _, o := range ps[i:] {
+			if o.q == p.q {
+				out = append(out, o)
+			}
+		}
+		if q := p.q; !q.isQuorum() && q.cfg.hasMaxPriority {
+			slices.SortStableFunc(out[start:], func(a, b pendingAck) int { return b.m.level - a.m.level })
+		}
+	}
+	return out
 }
 
 // countDiscard counts a delivery settled without requeue (reject says
