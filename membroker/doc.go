@@ -28,7 +28,9 @@
 // x-message-ttl 0 delivering only to a waiting consumer;
 // dead-lettering with x-death, x-first-death-* and x-last-death-*, the
 // expiration removed, cycles dropped unless a rejection is in them, a missing
-// target dropping silently; x-expires leases renewed by declare, passive
+// target dropping silently, and the messages of one reject or nack
+// dead-lettered queue by queue, a priority queue's from the highest
+// priority down; x-expires leases renewed by declare, passive
 // declare, basic.get and the last consumer leaving, never by publishing;
 // exclusive and auto-delete queues.
 //
