@@ -795,9 +795,10 @@ const MaxReason = 4096
 // DeadLetter publishes body, byte for byte, to queue's dead-letter queue
 // with the headers x-death-reason (reason, cut to MaxReason bytes),
 // x-original-queue (queue) and x-attempts (attempts, as an int64),
-// persistent, and returns once the broker has confirmed it. queue must have been declared through this
-// backend (queuey.ErrUnknownQueue otherwise). A dead-letter queue that does
-// not exist (see SkipDeadLetterQueues) is an error wrapping ErrReturned.
+// persistent, and returns once the broker has confirmed it. queue must
+// have been declared through this backend (queuey.ErrUnknownQueue
+// otherwise). A dead-letter queue that does not exist (see
+// SkipDeadLetterQueues) is an error wrapping ErrReturned.
 func (b *Backend) DeadLetter(ctx context.Context, queue string, body []byte, reason string, attempts int) error {
 	if err := b.checkOpen(); err != nil {
 		return err

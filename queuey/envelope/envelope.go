@@ -136,6 +136,11 @@ func (e Envelope) AppendEncoded(b []byte) ([]byte, error) {
 // bytes: an AMQP short string's.
 const MaxString = 255
 
+// tooLong is the error for a string field over MaxString bytes.
+func tooLong(key, value string) *Error {
+	return &Error{Field: key, Reason: fmt.Sprintf("is %d bytes, over the %d an AMQP short string carries", len(value), MaxString)}
+}
+
 // validate checks e against the rules of the wire format, in wire key order.
 func (e Envelope) validate() error {
 	if e.Version != 0 && e.Version != Version {
@@ -151,7 +156,7 @@ func (e Envelope) validate() error {
 			return &Error{Field: f.key, Reason: "must not be empty"}
 		}
 		if len(f.value) > MaxString {
-			return &Error{Field: f.key, Reason: fmt.Sprintf("is %d bytes, over the %d an AMQP short string carries", len(f.value), MaxString)}
+			return tooLong(f.key, f.value)
 		}
 		if !utf8.ValidString(f.value) {
 			return &Error{Field: f.key, Reason: "must be valid UTF-8"}
@@ -274,7 +279,7 @@ func decodeEnvelopeGeneral(body []byte) (Envelope, error) {
 			return Envelope{}, &Error{Field: f.key, Reason: "must not be empty"}
 		}
 		if len(*f.dst) > MaxString {
-			return Envelope{}, &Error{Field: f.key, Reason: fmt.Sprintf("is %d bytes, over the %d an AMQP short string carries", len(*f.dst), MaxString)}
+			return Envelope{}, tooLong(f.key, *f.dst)
 		}
 	}
 

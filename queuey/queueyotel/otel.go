@@ -100,7 +100,7 @@ type Observer struct {
 	duration, wait, addedWait                                                metric.Float64Histogram
 
 	mu    sync.RWMutex
-	attrs map[jobClass]metric.MeasurementOption
+	attrs map[jobClass]measurement
 }
 
 // jobClass is what the metrics are broken down by.
@@ -108,43 +108,41 @@ type jobClass struct{ queue, kind string }
 
 // measure is the measurement option of a queue and kind's points, made
 // once: building the attribute set per job cost a few allocations each
-// (BenchmarkConsume, impl=queuey+otel).
+// (BenchmarkConsume, impl=queuey+otel). It also returns the kind the
+// points are labelled with, for the metrics that add attributes of their
+// own.
 //
 // Kinds come off the wire, and a producer's bug can make every job's kind
 // different: once maxClasses queue and kind pairs have been seen, a new
 // pair's kind counts as OtherKind, so the metrics' series stay bounded.
-func (o *Observer) measure(queue, kind string) metric.MeasurementOption {
+func (o *Observer) measure(queue, kind string) (metric.MeasurementOption, string) {
 	c := jobClass{queue, kind}
 	o.mu.RLock()
-	opt, ok := o.attrs[c]
+	m, ok := o.attrs[c]
 	o.mu.RUnlock()
 	if ok {
-		return opt
+		return m.opt, m.kind
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if opt, ok := o.attrs[c]; ok {
-		return opt
+	if m, ok := o.attrs[c]; ok {
+		return m.opt, m.kind
 	}
 	if len(o.attrs) >= maxClasses {
-		c.kind = OtherKind
-		if opt, ok := o.attrs[c]; ok {
-			return opt
+		if m, ok := o.attrs[jobClass{queue, OtherKind}]; ok {
+			return m.opt, m.kind
 		}
+		c.kind = OtherKind
 	}
-	opt = metric.WithAttributeSet(attribute.NewSet(semconv.MessagingDestinationName(queue), KindKey.String(c.kind)))
-	o.attrs[c] = opt
-	return opt
+	m = measurement{metric.WithAttributeSet(attribute.NewSet(semconv.MessagingDestinationName(queue), KindKey.String(c.kind))), c.kind}
+	o.attrs[c] = m
+	return m.opt, m.kind
 }
 
-// kindLabel is the kind measure labels queue and kind's points with.
-func (o *Observer) kindLabel(queue, kind string) string {
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	if _, ok := o.attrs[jobClass{queue, kind}]; ok {
-		return kind
-	}
-	return OtherKind
+// measurement is a queue and kind's measurement option and kind label.
+type measurement struct {
+	opt  metric.MeasurementOption
+	kind string
 }
 
 // maxClasses bounds the queue and kind pairs the metrics break down by.
@@ -168,7 +166,7 @@ func New(cfg Config) (*Observer, error) {
 		cfg.Propagator = propagation.TraceContext{}
 	}
 	m := cfg.MeterProvider.Meter(ScopeName)
-	o := &Observer{tracer: cfg.TracerProvider.Tracer(ScopeName), propagator: cfg.Propagator, attrs: map[jobClass]metric.MeasurementOption{}}
+	o := &Observer{tracer: cfg.TracerProvider.Tracer(ScopeName), propagator: cfg.Propagator, attrs: map[jobClass]measurement{}}
 	var errs []error
 	counter := func(name, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit("{job}"))
@@ -238,13 +236,14 @@ func (o *Observer) Enqueue(ctx context.Context, env *queuey.Envelope) func(error
 	o.propagator.Inject(ctx, extCarrier{&env.Ext})
 	return func(err error) {
 		if err != nil {
-			o.measure(env.Queue, env.Kind) // the kind counts toward the bound
+			_, kind := o.measure(env.Queue, env.Kind)
 			o.enqueued.Add(ctx, 1, metric.WithAttributes(semconv.MessagingDestinationName(env.Queue),
-				KindKey.String(o.kindLabel(env.Queue, env.Kind)), semconv.ErrorType(err)))
+				KindKey.String(kind), semconv.ErrorType(err)))
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		} else {
-			o.enqueued.Add(ctx, 1, o.measure(env.Queue, env.Kind))
+			opt, _ := o.measure(env.Queue, env.Kind)
+			o.enqueued.Add(ctx, 1, opt)
 		}
 		span.End()
 	}
@@ -260,7 +259,7 @@ func (o *Observer) Run(ctx context.Context, run queuey.RunInfo) (context.Context
 		trace.WithAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeProcess,
 			semconv.MessagingOperationName("process"), semconv.MessagingDestinationName(job.Queue),
 			semconv.MessagingMessageID(job.ID), KindKey.String(job.Kind), AttemptKey.Int(job.Attempt)))
-	attrs := o.measure(job.Queue, job.Kind)
+	attrs, kind := o.measure(job.Queue, job.Kind)
 	o.started.Add(ctx, 1, attrs)
 	o.running.Add(ctx, 1, attrs)
 	now := run.Started
@@ -287,7 +286,7 @@ func (o *Observer) Run(ctx context.Context, run queuey.RunInfo) (context.Context
 		case queuey.ActionDeadLetter:
 			outcome = "dead_lettered"
 			o.deadLettered.Add(ctx, 1, metric.WithAttributes(semconv.MessagingDestinationName(job.Queue),
-				KindKey.String(o.kindLabel(job.Queue, job.Kind)), ReasonKey.String(reasonClass(out.Reason))))
+				KindKey.String(kind), ReasonKey.String(reasonClass(out.Reason))))
 		}
 		span.SetAttributes(OutcomeKey.String(outcome))
 		if out.Result != nil && out.Action != queuey.ActionDefer {
