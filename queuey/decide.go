@@ -90,6 +90,10 @@ const (
 	// take (the backend refused it with ErrDelayTooLong): a Defer with a
 	// Retry-After of weeks, say.
 	ReasonDelayTooLong = "delay too long"
+	// ReasonJobTooLarge is a retry or deferral whose successor the backend
+	// refused as too large (ErrJobTooLarge): a job just under the broker's
+	// limit whose counters gained a digit.
+	ReasonJobTooLarge = "job too large"
 )
 
 // decide is what a handler's result means for the job that ran, as a pure
@@ -148,9 +152,10 @@ func isUnknownKind(err error) bool {
 // the broker has confirmed the successor; ActionAck publishes nothing. The
 // hold is hold(dec): a deferral always goes through a hold queue.
 //
-// A retry or deferral whose delay the backend refuses as too long
-// (ErrDelayTooLong) is dead-lettered instead (ReasonDelayTooLong): no
-// later attempt could publish it.
+// A retry or deferral that no publish could ever take is dead-lettered
+// instead, as the job ran: one whose delay the backend refuses as too long
+// (ErrDelayTooLong) with ReasonDelayTooLong, and one whose successor it
+// refuses as too large (ErrJobTooLarge) with ReasonJobTooLarge.
 //
 // Only after it returns nil may the delivery be acknowledged. On an error
 // the delivery must stay unacknowledged and go back to its queue, so the
@@ -166,14 +171,21 @@ func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec d
 			kind = HoldDeferred
 		}
 		err := backend.Publish(ctx, dec.Successor, hold(dec), kind)
-		if !errors.Is(err, ErrDelayTooLong) {
+		var reason string
+		switch {
+		case errors.Is(err, ErrDelayTooLong):
+			reason = ReasonDelayTooLong
+		case errors.Is(err, ErrJobTooLarge):
+			reason = ReasonJobTooLarge
+		default:
 			return err
 		}
-		// No hold will ever take it: returned to its queue, the job would
-		// run and fail the same way again and again, a second apart. It is
-		// dead-lettered as it ran, with its attempts and deferrals as they
-		// were.
-		env := dec.Successor
+		// Returned to its queue, the job would run and fail the same way
+		// again and again, a RequeueDelay apart. It is dead-lettered as it
+		// ran, with its attempts and deferrals as they were, at priority 0
+		// and without a due stamp, so that it is no larger than the
+		// delivery the broker took.
+		env := withoutDueStamp(dec.Successor)
 		env.Priority = 0
 		if dec.Action == ActionDefer {
 			env.Deferrals--
@@ -184,7 +196,7 @@ func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec d
 		if eerr != nil {
 			return eerr
 		}
-		return backend.DeadLetter(ctx, q.Name, body, ReasonDelayTooLong, env.Attempt)
+		return backend.DeadLetter(ctx, q.Name, body, reason, env.Attempt)
 	case ActionDeadLetter:
 		body, err := dec.Successor.Encode()
 		if err != nil {

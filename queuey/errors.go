@@ -32,7 +32,9 @@ var ErrMaybeEnqueued = errors.New("queuey: the job may have been enqueued")
 // ErrJobTooLarge is returned for a job whose encoded message is larger than
 // the broker accepts. The backend refuses it before sending anything:
 // RabbitMQ would close the publishing channel over it. Errors that wrap it
-// give the size and the limit.
+// give the size and the limit. A retry or deferral whose successor it
+// refuses (a job just under the limit whose counters gained a digit, or
+// which an Observer stamped) is dead-lettered with ReasonJobTooLarge.
 var ErrJobTooLarge = errors.New("queuey: job too large for the broker")
 
 // DeferError is what Defer returns. A handler that returns it (possibly

@@ -78,6 +78,17 @@ func stampDue(env Envelope, due time.Time) Envelope {
 	return env
 }
 
+// withoutDueStamp returns env without ExtDueAt, its Ext copied if it had
+// one (the map may be shared with the job that ran).
+func withoutDueStamp(env Envelope) Envelope {
+	if _, ok := env.Ext[ExtDueAt]; ok {
+		ext := maps.Clone(env.Ext)
+		delete(ext, ExtDueAt)
+		env.Ext = ext
+	}
+	return env
+}
+
 // dueAt reads ExtDueAt from ext; zero when absent or not a timestamp.
 func dueAt(ext map[string]json.RawMessage) time.Time {
 	raw, ok := ext[ExtDueAt]

@@ -149,3 +149,116 @@ func jobsDeployment(t *testing.T, open func() (Channel, error)) (*queuey.Produce
 	}
 	return producer, worker
 }
+
+// A deferral whose successor grows past MaxMessageSize (the priority of
+// the deferral's round takes a digit more, and an Observer stamps when the
+// job is due) is dead-lettered as the job ran, with its reason. Before, the
+// refusal sent the job back to its queue, and it ran again every
+// RequeueDelay for ever. The dead letter drops the due stamp, so it is no
+// larger than the delivery the broker took.
+func TestWorkerDeadLettersASuccessorTooLarge(t *testing.T) {
+	for _, observed := range []bool{false, true} {
+		name := "plain"
+		if observed {
+			name = "observed"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				testSuccessorTooLarge(t, observed)
+			})
+		})
+	}
+}
+
+func testSuccessorTooLarge(t *testing.T, observed bool) {
+	broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+	conn, err := broker.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queues := []queuey.QueueConfig{{Name: "jobs", Prefetch: 1}}
+	producerBackend, err := New(Channels(conn.Channel), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = producerBackend.Close() })
+	producer, err := queuey.NewProducer(t.Context(), producerBackend, queues, queuey.ProducerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := producer.Enqueue(t.Context(), slowJob{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The worker's backend takes nothing larger than the job as enqueued.
+	q, _ := broker.Queue("jobs")
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := ch.Get("jobs", false)
+	if err != nil || !ok || q.Ready != 1 {
+		t.Fatalf("the enqueued job: %v, %v", ok, err)
+	}
+	size := len(d.Body)
+	if err := d.Nack(false, true); err != nil {
+		t.Fatal(err)
+	}
+	workerBackend, err := New(Channels(conn.Channel), Options{MaxMessageSize: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = workerBackend.Close() })
+	cfg := queuey.WorkerConfig{}
+	if observed {
+		cfg.Observer = nopObserver{}
+	}
+	worker, err := queuey.NewWorker(t.Context(), workerBackend, queues, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	err = queuey.Register(worker, queuey.HandlerFunc[slowJob](func(context.Context, *queuey.Job[slowJob]) error {
+		runs.Add(1)
+		return queuey.Defer(time.Second, "rate limited")
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(ctx) }()
+	time.Sleep(10 * time.Second) // ten RequeueDelays
+	synctest.Wait()
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times in 10 s, want once", n)
+	}
+	dead, ok, err := ch.Get("jobs.dead", true)
+	if err != nil || !ok {
+		t.Fatalf("no dead letter (%v)", err)
+	}
+	env, err := queuey.DecodeEnvelope(dead.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reason := dead.Headers[HeaderDeathReason]; reason != queuey.ReasonJobTooLarge || env.Deferrals != 0 || env.Attempt != 1 || env.Priority != 0 {
+		t.Fatalf("dead letter: reason %v, deferrals %d, attempt %d, priority %d; want %q, 0, 1, 0",
+			reason, env.Deferrals, env.Attempt, env.Priority, queuey.ReasonJobTooLarge)
+	}
+	if _, stamped := env.Ext[queuey.ExtDueAt]; stamped || len(dead.Body) > size {
+		t.Fatalf("dead letter of %d bytes (the delivery had %d), due stamp kept: %t", len(dead.Body), size, stamped)
+	}
+}
+
+// nopObserver observes nothing; a worker with an Observer stamps each
+// retry and deferral with when it is due.
+type nopObserver struct{}
+
+func (nopObserver) Enqueue(context.Context, *queuey.Envelope) func(error) { return func(error) {} }
+func (nopObserver) Run(ctx context.Context, _ queuey.RunInfo) (context.Context, func(queuey.RunOutcome)) {
+	return ctx, func(queuey.RunOutcome) {}
+}
+func (nopObserver) Malformed(context.Context, string) {}
