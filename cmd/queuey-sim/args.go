@@ -62,8 +62,8 @@ type config struct {
 // four per core. Each run is one goroutine, so runs beyond the cores share
 // them, and a sweep ends when the work does rather than when the run that
 // started last does: the default run's seven granularities on two cores
-// end about 7 % sooner than two at a time, for about 45 % more memory
-// (docs/performance.md, "The default run"). The cap keeps a long sweep's
+// end about 9 % sooner than two at a time, for about half as much memory
+// again (docs/performance.md, "The default run"). The cap keeps a long sweep's
 // memory bounded: a run's live heap is about 9 MB.
 func defaultParallel() int { return 4 * runtime.GOMAXPROCS(0) }
 

@@ -7,8 +7,8 @@ import (
 
 // BenchmarkDefaultRun runs the command as `queuey-sim` with no arguments
 // does: the default scenario (one virtual hour) at every default
-// granularity, GOMAXPROCS runs at once, with main's GC setting. Its figure
-// is the default run's wall time:
+// granularity, up to four runs per core at once, with main's GC setting.
+// Its figure is the default run's wall time:
 //
 //	go test -run '^$' -bench DefaultRun -benchtime 1x ./cmd/queuey-sim/
 //
