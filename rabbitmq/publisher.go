@@ -23,7 +23,9 @@ import (
 const publishIDHeader = "x-queuey-publish-id"
 
 // Buffer sizes of the publisher's confirm and return listeners. The
-// Publish calls waiting for their confirms drain both, so they only absorb bursts; they
+// Publish calls waiting for their confirms drain both (and the watcher
+// does, while confirms nobody waits for are due), so they only absorb
+// bursts; they
 // matter for membroker, which never blocks and holds back what does not fit
 // until the next call into the broker.
 const (
@@ -83,7 +85,10 @@ func (e *ReturnError) Is(target error) bool { return target == ErrReturned }
 // sequence number and returns by the publishIDHeader each message carries,
 // until its own outcome is known. No goroutine stands between the client
 // library and the callers, so a confirm that is already there (as on
-// membroker) completes its publish without a thread handoff.
+// membroker) completes its publish without a thread handoff. Only while
+// publishes whose callers gave up have confirms to come does the watcher
+// goroutine take the turn (adopt), so that those confirms are read even
+// if nobody publishes.
 //
 // The publisher owns its channel: nothing else may publish on it (that would
 // shift the sequence numbers) or declare on it (a refused declaration closes
@@ -112,7 +117,10 @@ type publisher struct {
 
 	mu      sync.Mutex
 	pending map[uint64]*waiter // by sequence number
-	err     error              // once non-nil, the publisher is closed; wraps ErrPublisherClosed
+	// orphans counts the publishes whose callers stopped waiting (their
+	// ctx ended) and whose confirms are still to come.
+	orphans int
+	err     error // once non-nil, the publisher is closed; wraps ErrPublisherClosed
 
 	// disp is the dispatch token: whoever holds it is the only reader of
 	// confirms and returns. A Publish waiting for its confirm takes it and
@@ -125,6 +133,7 @@ type publisher struct {
 	confirms       chan amqp.Confirmation
 	returns        chan amqp.Return
 	closes         chan *amqp.Error
+	orphaned       chan struct{} // wakes the watcher to adopt orphans
 
 	closeOnce sync.Once
 	closeErr  error
@@ -152,14 +161,15 @@ func newPublisher(ch Channel, logger *slog.Logger) (*publisher, error) {
 		return nil, fmt.Errorf("rabbitmq: publisher: putting the channel in confirm mode: %w", err)
 	}
 	p := &publisher{
-		ch:      ch,
-		logger:  logger,
-		lock:    make(chan struct{}, 1),
-		headers: make(amqp.Table, 4),
-		disp:    make(chan struct{}, 1),
-		pending: make(map[uint64]*waiter),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		ch:       ch,
+		logger:   logger,
+		lock:     make(chan struct{}, 1),
+		headers:  make(amqp.Table, 4),
+		disp:     make(chan struct{}, 1),
+		pending:  make(map[uint64]*waiter),
+		orphaned: make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	p.closes = ch.NotifyClose(make(chan *amqp.Error, 1))
 	p.returns = ch.NotifyReturn(make(chan amqp.Return, returnBuffer))
@@ -232,7 +242,7 @@ func (p *publisher) Publish(ctx context.Context, queue string, msg amqp.Publishi
 		return err
 	}
 	if err := p.ch.PublishWithContext(ctx, "", queue, true, false, msg); err != nil {
-		withdrawn, _ := p.withdraw(seq, w)
+		withdrawn, _ := p.withdraw(seq, w, false)
 		<-p.lock
 		if !withdrawn {
 			<-w.result // the watcher failed it as the channel closed
@@ -309,7 +319,7 @@ func (p *publisher) dispatchHeld(ctx context.Context, w *waiter, disp *chan stru
 // abandon stops waiting for w because ctx is done: it returns the outcome if
 // one is already known, ctx's error otherwise.
 func (p *publisher) abandon(ctx context.Context, seq uint64, w *waiter) error {
-	withdrawn, returned := p.withdraw(seq, w)
+	withdrawn, returned := p.withdraw(seq, w, true)
 	if !withdrawn {
 		// A dispatcher or the watcher took the waiter first: its outcome
 		// is on the way.
@@ -319,6 +329,10 @@ func (p *publisher) abandon(ctx context.Context, seq uint64, w *waiter) error {
 	}
 	queue := w.queue
 	p.recycle(w)
+	select {
+	case p.orphaned <- struct{}{}: // the watcher dispatches its confirm if no Publish does
+	default: // it is told already
+	}
 	if returned != nil {
 		return returned // final already: the message reached no queue
 	}
@@ -440,14 +454,27 @@ func (p *publisher) register(seq uint64, w *waiter) error {
 // withdraw removes w from the waiter table and reports whether it was still
 // there, with the return recorded against it, if any; if it was not, the
 // dispatching Publish or the watcher has taken it and sends its outcome.
-func (p *publisher) withdraw(seq uint64, w *waiter) (ok bool, returned *ReturnError) {
+// sent says the message went out, so its confirm is still to come: it is
+// counted among the orphans.
+func (p *publisher) withdraw(seq uint64, w *waiter, sent bool) (ok bool, returned *ReturnError) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.pending[seq] != w {
 		return false, nil
 	}
 	delete(p.pending, seq)
+	if sent {
+		p.orphans++
+	}
 	return true, w.returned
+}
+
+// hasOrphans reports whether a publish whose caller stopped waiting still
+// has its confirm to come.
+func (p *publisher) hasOrphans() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.orphans > 0
 }
 
 // recycle returns a waiter nobody references any more to the pool.
@@ -488,22 +515,64 @@ func (p *publisher) publishFailed(ctx context.Context, queue string, err error) 
 // closes or Close is called: it waits for the channel's close notification
 // (or stop), takes the dispatch token for good, so no Publish dispatches
 // after it, completes the confirms already handed over and fails every
-// publish still waiting.
+// publish still waiting. Until then it adopts orphans.
 func (p *publisher) watch() {
 	defer close(p.done)
 	var cause *amqp.Error
-	select {
-	case e, ok := <-p.closes:
-		if ok {
-			cause = e
+	for open := true; open; {
+		select {
+		case e, ok := <-p.closes:
+			if ok {
+				cause = e
+			}
+			open = false
+		case <-p.stop:
+			open = false
+		case <-p.orphaned:
+			p.adopt()
 		}
-	case <-p.stop:
 	}
 	p.disp <- struct{}{}
 	if !p.confirmsClosed {
 		p.drainConfirms()
 	}
 	p.shutdown(cause)
+}
+
+// adopt reads confirms and returns while publishes whose callers stopped
+// waiting have confirms to come, completing whatever they belong to. Only
+// a waiting Publish dispatches otherwise, and the client library hands
+// confirms over with a blocking send from the connection's reader: with
+// more than confirmBuffer orphaned confirms and no Publish waiting, that
+// reader would stall, and every consumer on the connection with it, until
+// the next publish. (The broker sends confirms late when a memory alarm
+// blocks publishers, and Enqueue callers give up meanwhile.) Publishes
+// waiting while it holds the dispatch token get their outcomes from it.
+func (p *publisher) adopt() {
+	select {
+	case p.disp <- struct{}{}:
+	case <-p.stop:
+		return
+	}
+	defer func() { <-p.disp }()
+	for !p.confirmsClosed && p.hasOrphans() {
+		select {
+		case r, ok := <-p.returns:
+			if !ok {
+				p.returns = nil // the channel is closing; the watcher will say so
+				continue
+			}
+			p.recordReturn(r)
+		case c, ok := <-p.confirms:
+			if !ok {
+				p.confirmsClosed = true
+				return
+			}
+			p.dispatchConfirm(c, nil)
+		case <-p.stop:
+			return
+		}
+	}
 }
 
 // drainReturns records every return already handed over, without waiting.
@@ -569,6 +638,9 @@ func (p *publisher) complete(c amqp.Confirmation) (w *waiter, err error) {
 	p.mu.Lock()
 	w = p.pending[c.DeliveryTag]
 	delete(p.pending, c.DeliveryTag)
+	if w == nil && p.orphans > 0 {
+		p.orphans--
+	}
 	p.mu.Unlock()
 	if w == nil {
 		if !c.Ack {

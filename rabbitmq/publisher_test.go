@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/go-cmp/cmp"
@@ -906,4 +907,47 @@ func TestPublisherWriteResetMayHaveEnqueued(t *testing.T) {
 	if !errors.Is(err, queuey.ErrMaybeEnqueued) || !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("publish over a reset connection: %v; want queuey.ErrMaybeEnqueued wrapping ECONNRESET", err)
 	}
+}
+
+// More confirms than the publisher's buffer holds, all of publishes whose
+// callers stopped waiting, with no Publish waiting when they arrive: the
+// client library hands each confirm over with a blocking send from the
+// connection's reader, which stalled here, and every consumer on the
+// connection with it, until the next publish. The publisher's watcher now
+// reads them.
+func TestPublisherReadsConfirmsNobodyWaitsFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// On the bubble's clock: membroker hands over what did not fit in
+		// a listener's buffer at its next poll.
+		b := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+		conn, _ := b.Dial()
+		ch, _ := conn.Channel()
+		if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		g := gated(ch, false)
+		p := newTestPublisher(t, g, nil)
+		const n = confirmBuffer + 100
+		ctx, giveUp := context.WithCancel(t.Context())
+		errs := make(chan error, n)
+		for i := range n {
+			go func() { errs <- p.Publish(ctx, "q", msg(strconv.Itoa(i))) }()
+		}
+		go g.awaitPublished(n)
+		g.awaitHeld(n)
+		giveUp() // a memory alarm outlasted every caller's deadline, say
+		for range n {
+			if err := <-errs; !errors.Is(err, queuey.ErrMaybeEnqueued) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("publish whose caller gave up: %v, want ErrMaybeEnqueued and context.Canceled", err)
+			}
+		}
+		close(g.open) // the broker confirms them all
+		synctest.Wait()
+		if left := len(p.confirms); left != 0 || p.hasOrphans() {
+			t.Fatalf("%d confirms left unread (buffer of %d), orphans left: %t", left, confirmBuffer, p.hasOrphans())
+		}
+		if err := p.Publish(t.Context(), "q", msg("after")); err != nil {
+			t.Fatalf("a publish after: %v", err)
+		}
+	})
 }
