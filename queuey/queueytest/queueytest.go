@@ -55,8 +55,10 @@ type Harness struct {
 	Worker   *queuey.Worker
 	Log      *RunLog
 	topology rabbitmq.Topology
-	started  bool
-	bubble   bool // inside Test's synctest bubble
+	// stopTimeout is the worker's StopTimeout, defaults applied.
+	stopTimeout time.Duration
+	started     bool
+	bubble      bool // inside Test's synctest bubble
 }
 
 // Options configures New. The zero value is ready to use.
@@ -76,7 +78,9 @@ type Options struct {
 
 // New builds a harness for queues: a broker, a backend, a producer and a
 // worker, with every queue declared. Register handlers with Handle, then
-// Start the worker. Everything stops when the test ends.
+// Start the worker. Everything stops when the test ends: a handler still
+// running then has its context cancelled once the worker's StopTimeout has
+// passed, which the harness moves the mock clock through.
 func New(t TB, opts Options, queues ...queuey.QueueConfig) *Harness {
 	t.Helper()
 	clk := clock.NewMock()
@@ -129,6 +133,9 @@ func newHarness(t TB, opts Options, clk clock.Clock, queues []queuey.QueueConfig
 	}
 	wcfg := opts.Worker
 	wcfg.Clock = clk
+	if wcfg.StopTimeout == 0 {
+		wcfg.StopTimeout = queuey.DefaultStopTimeout
+	}
 	if wcfg.Rand == nil {
 		// The worker draws one at a time, under its lock.
 		wcfg.Rand = rand.New(rand.NewPCG(1, 2)).Float64
@@ -138,7 +145,7 @@ func newHarness(t TB, opts Options, clk clock.Clock, queues []queuey.QueueConfig
 		t.Fatalf("queueytest: worker: %v", err)
 	}
 	return &Harness{t: t, Broker: b, Backend: backend, Producer: producer, Worker: worker,
-		Log: &RunLog{}, topology: opts.Topology.WithDefaults()}
+		Log: &RunLog{}, topology: opts.Topology.WithDefaults(), stopTimeout: wcfg.StopTimeout}
 }
 
 // Handle registers fn for jobs of T's kind, recording every run in h.Log,
@@ -177,10 +184,36 @@ func (h *Harness) Start() {
 	go func() { done <- h.Worker.Run(ctx) }()
 	h.t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := h.awaitStop(done); err != nil {
 			h.t.Errorf("queueytest: worker: %v", err)
 		}
 	})
+}
+
+// awaitStop waits for the worker's Run to return after its context ended.
+// Run waits up to StopTimeout for running handlers, and only then cancels
+// their contexts. In Test's bubble that time passes on its own; New's mock
+// clock moves only when told, so a handler still waiting on its context
+// (or on a sleep of the mock clock) at the end of a test would hold its
+// cleanup for ever. There the clock is moved on by StopTimeout every 10 ms
+// of real time until Run returns: a move made before Run starts its stop
+// timer misses it, and the next one does not. A handler that ignores its
+// cancelled context still holds Run up, as it would in production.
+func (h *Harness) awaitStop(done <-chan error) error {
+	if h.bubble {
+		return <-done
+	}
+	stopTimeout := h.stopTimeout
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			h.Clock.Add(stopTimeout)
+		}
+	}
 }
 
 // Advance moves virtual time forward: hold queues expire, waits end. In

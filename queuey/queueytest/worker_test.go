@@ -567,3 +567,40 @@ func TestDeferWithoutDelayWaitsOneGranule(t *testing.T) {
 		t.Fatalf("sixth run: attempt %d, deferrals %d; want attempt 1, deferrals 5", last.Attempt, last.Deferrals)
 	}
 }
+
+// A handler still waiting on its context when a test of New ends (on a
+// sleep of the mock clock, say) is cancelled once the worker's StopTimeout
+// has passed. That time passed on the mock clock, which nothing moved: the
+// test's cleanup waited for ever.
+func TestNewCleanupEndsAHandlerWaitingOnItsContext(t *testing.T) {
+	ft := &exampleT{}
+	h := queueytest.New(ft, queueytest.Options{}, jobsQueue())
+	started := make(chan struct{})
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	h.Start()
+	if _, err := h.Producer.Enqueue(context.Background(), Work{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	h.WaitFor("the handler to start", func() bool {
+		select {
+		case <-started:
+			return true
+		default:
+			return false
+		}
+	})
+	cleaned := make(chan struct{})
+	go func() { ft.done(); close(cleaned) }()
+	select {
+	case <-cleaned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the harness's cleanup still waits for the handler after 10 s")
+	}
+	if q, _ := h.Broker.Queue("jobs"); q.Ready+q.Unacked != 1 {
+		t.Fatalf("the job: %d ready, %d unacked; want it back on its queue", q.Ready, q.Unacked)
+	}
+}
