@@ -30,12 +30,12 @@ type Topology struct {
 	// many hold queues a busy, failing queue can have at once: with a
 	// 5-minute backoff cap, 1 s allows up to 300 and 10 s up to 30.
 	// Defaults to 1 second; a positive value under a millisecond counts as
-	// one millisecond.
+	// one millisecond, and Validate refuses one over MaxHoldTTL.
 	RetryGranularity time.Duration
 	// DeferredGranularity is what EnqueueAfter delays and deferrals are
 	// rounded up to. A Retry-After is a contract, so keep it fine.
 	// Defaults to 1 second; a positive value under a millisecond counts as
-	// one millisecond.
+	// one millisecond, and Validate refuses one over MaxHoldTTL.
 	DeferredGranularity time.Duration
 	// HoldType is the type of the hold queues: queuey.Classic (the
 	// default) or queuey.Quorum.
@@ -88,16 +88,23 @@ func (t Topology) WithDefaults() Topology {
 	return t
 }
 
-// Validate reports options that cannot work: negative granularities, and
-// suffixes that would put hold or dead-letter queues under "amq." or make
-// them collide with each other.
+// Validate reports options that cannot work: negative granularities,
+// granularities longer than a hold queue can wait (MaxHoldTTL: every hold
+// would round up past it, so every retry and deferral would be
+// dead-lettered), and suffixes that would put hold or dead-letter queues
+// under "amq." or make them collide with each other.
 func (t Topology) Validate() error {
 	t = t.WithDefaults()
+	limit := time.Duration(MaxHoldTTL) * time.Millisecond
 	switch {
 	case t.RetryGranularity < 0:
 		return fmt.Errorf("rabbitmq: RetryGranularity %s is negative", t.RetryGranularity)
 	case t.DeferredGranularity < 0:
 		return fmt.Errorf("rabbitmq: DeferredGranularity %s is negative", t.DeferredGranularity)
+	case t.RetryGranularity > limit:
+		return fmt.Errorf("rabbitmq: RetryGranularity %s is over the %s a hold queue can wait", t.RetryGranularity, limit)
+	case t.DeferredGranularity > limit:
+		return fmt.Errorf("rabbitmq: DeferredGranularity %s is over the %s a hold queue can wait", t.DeferredGranularity, limit)
 	case t.DeadSuffix == t.DeferredSuffix:
 		return fmt.Errorf("rabbitmq: DeadSuffix and DeferredSuffix are both %q", t.DeadSuffix)
 	case t.HoldType != queuey.Classic && t.HoldType != queuey.Quorum:

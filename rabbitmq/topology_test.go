@@ -187,6 +187,9 @@ func TestTopologyValidate(t *testing.T) {
 		{"negative retry granularity", Topology{RetryGranularity: -time.Second}, "RetryGranularity -1s is negative"},
 		{"negative deferred granularity", Topology{DeferredGranularity: -1}, "DeferredGranularity -1ns is negative"},
 		{"colliding suffixes", Topology{DeadSuffix: ".x", DeferredSuffix: ".x"}, "both \".x\""},
+		{"retry granularity at the limit", Topology{RetryGranularity: MaxHoldTTL * time.Millisecond}, ""},
+		{"retry granularity over the limit", Topology{RetryGranularity: 30 * 24 * time.Hour}, "RetryGranularity 720h0m0s is over"},
+		{"deferred granularity over the limit", Topology{DeferredGranularity: 30 * 24 * time.Hour}, "DeferredGranularity 720h0m0s is over"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
