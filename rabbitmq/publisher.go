@@ -529,7 +529,7 @@ func (p *publisher) watch() {
 		case <-p.stop:
 			open = false
 		case <-p.orphaned:
-			p.adopt()
+			open, cause = p.adopt()
 		}
 	}
 	p.disp <- struct{}{}
@@ -548,31 +548,45 @@ func (p *publisher) watch() {
 // the next publish. (The broker sends confirms late when a memory alarm
 // blocks publishers, and Enqueue callers give up meanwhile.) Publishes
 // waiting while it holds the dispatch token get their outcomes from it.
-func (p *publisher) adopt() {
+// It watches for the end of the channel as the watcher does: open is false
+// once the channel has closed (with cause, if the broker closed it) or
+// Close was called.
+func (p *publisher) adopt() (open bool, cause *amqp.Error) {
 	select {
 	case p.disp <- struct{}{}:
+	case e, ok := <-p.closes:
+		if ok {
+			cause = e
+		}
+		return false, cause
 	case <-p.stop:
-		return
+		return false, nil
 	}
 	defer func() { <-p.disp }()
 	for !p.confirmsClosed && p.hasOrphans() {
 		select {
 		case r, ok := <-p.returns:
 			if !ok {
-				p.returns = nil // the channel is closing; the watcher will say so
+				p.returns = nil // the channel is closing; its close notification follows
 				continue
 			}
 			p.recordReturn(r)
 		case c, ok := <-p.confirms:
 			if !ok {
-				p.confirmsClosed = true
-				return
+				p.confirmsClosed = true // the channel is closing; its close notification follows
+				continue
 			}
 			p.dispatchConfirm(c, nil)
+		case e, ok := <-p.closes:
+			if ok {
+				cause = e
+			}
+			return false, cause
 		case <-p.stop:
-			return
+			return false, nil
 		}
 	}
+	return true, nil
 }
 
 // drainReturns records every return already handed over, without waiting.

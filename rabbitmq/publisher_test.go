@@ -951,3 +951,34 @@ func TestPublisherReadsConfirmsNobodyWaitsFor(t *testing.T) {
 		}
 	})
 }
+
+// A channel the broker closes while the watcher adopts orphaned confirms
+// still shuts the publisher down, with the broker's reason.
+func TestPublisherClosesWhileAdoptingOrphans(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+		conn, _ := b.Dial()
+		ch, _ := conn.Channel()
+		if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		g := gated(ch, false)
+		p := newTestPublisher(t, g, nil)
+		ctx, giveUp := context.WithCancel(t.Context())
+		errs := make(chan error, 1)
+		go func() { errs <- p.Publish(ctx, "q", msg("orphan")) }()
+		g.awaitPublished(1)
+		g.awaitHeld(1)
+		giveUp()
+		if err := <-errs; !errors.Is(err, queuey.ErrMaybeEnqueued) {
+			t.Fatalf("publish whose caller gave up: %v", err)
+		}
+		synctest.Wait() // the watcher is adopting, its confirm held back
+		if !p.hasOrphans() {
+			t.Fatal("no orphan counted")
+		}
+		b.CloseChannel(ch, &amqp.Error{Code: amqp.InternalError, Reason: "INTERNAL_ERROR", Server: true})
+		<-p.Done()
+		wantClosed(t, p.Err(), amqp.InternalError)
+	})
+}
