@@ -542,12 +542,12 @@ func (p *publisher) watch() {
 // adopt reads confirms and returns while publishes whose callers stopped
 // waiting have confirms to come, completing whatever they belong to. Only
 // a waiting Publish dispatches otherwise, and the client library hands
-// confirms over with a blocking send from the connection's reader: with
-// more than confirmBuffer orphaned confirms and no Publish waiting, that
-// reader would stall, and every consumer on the connection with it, until
-// the next publish. (The broker sends confirms late when a memory alarm
-// blocks publishers, and Enqueue callers give up meanwhile.) Publishes
-// waiting while it holds the dispatch token get their outcomes from it.
+// confirms over from the connection's reader, which waits up to 5 s on a
+// full buffer: with more than confirmBuffer orphaned confirms and no
+// Publish waiting, that reader would stall, and every consumer on the
+// connection with it (docs/reconnection.md, "Confirms nobody waits for").
+// Publishes waiting while it holds the dispatch token get their outcomes
+// from it.
 // It watches for the end of the channel as the watcher does: open is false
 // once the channel has closed (with cause, if the broker closed it) or
 // Close was called.
