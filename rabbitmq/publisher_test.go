@@ -911,10 +911,11 @@ func TestPublisherWriteResetMayHaveEnqueued(t *testing.T) {
 
 // More confirms than the publisher's buffer holds, all of publishes whose
 // callers stopped waiting, with no Publish waiting when they arrive: the
-// client library hands each confirm over with a blocking send from the
-// connection's reader, which stalled here, and every consumer on the
-// connection with it, until the next publish. The publisher's watcher now
-// reads them.
+// client library hands each confirm over from the connection's reader,
+// which waits up to 5 s on a full buffer, and every consumer on the
+// connection with it (docs/reconnection.md). The gate here waits for ever,
+// so a confirm left unread stays in the buffer. The publisher's watcher
+// now reads them.
 func TestPublisherReadsConfirmsNobodyWaitsFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// On the bubble's clock: membroker hands over what did not fit in
