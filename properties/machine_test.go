@@ -827,7 +827,7 @@ func (m *machine) publish(t rapid.TB, w *worker, j *job, o outcome, delay time.D
 		*j = saved
 		return
 	default:
-		err = workerrules.PublishSuccessor(ctx, m.settlement(w), m.qcfg, dec)
+		err = workerrules.PublishSuccessor(ctx, m.settlement(w), m.qcfg, dec, a.Msg.Body())
 		if m.squat[j.dest] {
 			// The hold is refused: the job stays in hand, unacknowledged,
 			// until the core requeues it.

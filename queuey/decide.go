@@ -155,13 +155,14 @@ func isUnknownKind(err error) bool {
 // A retry or deferral that no publish could ever take is dead-lettered
 // instead, as the job ran: one whose delay the backend refuses as too long
 // (ErrDelayTooLong) with ReasonDelayTooLong, and one whose successor it
-// refuses as too large (ErrJobTooLarge) with ReasonJobTooLarge.
+// refuses as too large (ErrJobTooLarge) with ReasonJobTooLarge. delivered
+// is the body of the delivery dec settles: see deadLetter.
 //
 // Only after it returns nil may the delivery be acknowledged. On an error
 // the delivery must stay unacknowledged and go back to its queue, so the
 // job is never lost (at worst it runs again). The worker and the simulator
 // both settle through it.
-func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec decision) error {
+func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec decision, delivered []byte) error {
 	switch dec.Action {
 	case ActionAck:
 		return nil
@@ -181,10 +182,9 @@ func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec d
 			return err
 		}
 		// Returned to its queue, the job would run and fail the same way
-		// again and again, a RequeueDelay apart. It is dead-lettered as it
-		// ran, with its attempts and deferrals as they were, at priority 0
-		// and without a due stamp, so that it is no larger than the
-		// delivery the broker took.
+		// again and again, a RequeueDelay apart. It is dead-lettered with
+		// its attempts and deferrals as they were when it ran, at priority
+		// 0 and without the due stamp of the hold it did not get.
 		env := withoutDueStamp(dec.Successor)
 		env.Priority = 0
 		if dec.Action == ActionDefer {
@@ -192,19 +192,30 @@ func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec d
 		} else {
 			env.Attempt--
 		}
-		body, eerr := env.Encode()
-		if eerr != nil {
-			return eerr
-		}
-		return backend.DeadLetter(ctx, q.Name, body, reason, env.Attempt)
+		return deadLetter(ctx, backend, q, env, reason, delivered)
 	case ActionDeadLetter:
-		body, err := dec.Successor.Encode()
-		if err != nil {
-			return err
-		}
-		return backend.DeadLetter(ctx, q.Name, body, dec.Reason, dec.Successor.Attempt)
+		return deadLetter(ctx, backend, q, dec.Successor, dec.Reason, delivered)
 	}
 	return fmt.Errorf("queuey: unknown action %v", dec.Action)
+}
+
+// deadLetter publishes env to q's dead-letter queue with reason. Should
+// the backend refuse it as too large (ErrJobTooLarge), the delivered body
+// goes verbatim instead, which the broker has taken once: Encode writes
+// every field and nine fractional digits of enqueued_at, so a job another
+// producer wrote more tersely, just under the limit, can grow past it.
+// Without the fallback such a job would go back to its queue and run again
+// every RequeueDelay.
+func deadLetter(ctx context.Context, backend Backend, q QueueConfig, env Envelope, reason string, delivered []byte) error {
+	body, err := env.Encode()
+	if err != nil {
+		return err
+	}
+	err = backend.DeadLetter(ctx, q.Name, body, reason, env.Attempt)
+	if errors.Is(err, ErrJobTooLarge) && delivered != nil {
+		return backend.DeadLetter(ctx, q.Name, delivered, reason, env.Attempt)
+	}
+	return err
 }
 
 // publishMalformed dead-letters body, a delivery of queue q that is not a

@@ -561,7 +561,7 @@ func (s *shell) publish(a *coreAction) {
 		err = publishMalformed(s.ctx, s.w.backend, q, a.Msg.Body())
 	} else {
 		s.w.logDecision(s.ctx, q, a.Job, a.Decision)
-		err = publishSuccessor(s.ctx, s.w.backend, q, a.Decision)
+		err = publishSuccessor(s.ctx, s.w.backend, q, a.Decision, a.Msg.Body())
 	}
 	var buf [2]coreAction
 	s.mu.Lock()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // A deferral no hold queue can take (a Retry-After of 30 days, over
@@ -262,3 +263,63 @@ func (nopObserver) Run(ctx context.Context, _ queuey.RunInfo) (context.Context, 
 	return ctx, func(queuey.RunOutcome) {}
 }
 func (nopObserver) Malformed(context.Context, string) {}
+
+// A job another producer wrote more tersely than Encode does (no deferrals
+// or priority, a whole-second enqueued_at), just under MaxMessageSize:
+// neither its retry nor its re-encoded dead letter fits, so it is
+// dead-lettered byte for byte as it was delivered. Before, the re-encoded
+// dead letter was refused too, and the job ran every RequeueDelay for ever.
+func TestWorkerDeadLettersATerseJobVerbatimWhenItCannotGrow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+		conn, err := broker.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := []byte(`{"v":1,"id":"terse-1","kind":"slow","queue":"jobs","payload":{"N":1},"attempt":1,"enqueued_at":"2025-01-02T03:04:05Z"}`)
+		b, err := New(Channels(conn.Channel), Options{MaxMessageSize: len(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		queues := []queuey.QueueConfig{{Name: "jobs", Prefetch: 1, Retry: queuey.RetryPolicy{MaxAttempts: 5}}}
+		worker, err := queuey.NewWorker(t.Context(), b, queues, queuey.WorkerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		err = queuey.Register(worker, queuey.HandlerFunc[slowJob](func(context.Context, *queuey.Job[slowJob]) error {
+			runs.Add(1)
+			return errors.New("upstream unavailable")
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Publish("", "jobs", false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: body}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- worker.Run(ctx) }()
+		time.Sleep(10 * time.Second) // ten RequeueDelays
+		synctest.Wait()
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("the handler ran %d times in 10 s, want once", n)
+		}
+		dead, ok, err := ch.Get("jobs.dead", true)
+		if err != nil || !ok {
+			t.Fatalf("no dead letter (%v)", err)
+		}
+		if reason := dead.Headers[HeaderDeathReason]; reason != queuey.ReasonJobTooLarge || string(dead.Body) != string(body) {
+			t.Fatalf("dead letter: reason %v, body %s; want %q and the delivered body", reason, dead.Body, queuey.ReasonJobTooLarge)
+		}
+	})
+}

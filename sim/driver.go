@@ -239,7 +239,7 @@ func (r *runner) publish(w *worker, a *simAction) {
 		})
 	}
 	r.cur, r.curSet = cur, true
-	err := r.publishSuccessor(d.sub, q, dec)
+	err := r.publishSuccessor(d.sub, q, dec, d.Body())
 	r.cur, r.curSet = settling{}, false
 	if err != nil {
 		if held {
@@ -263,7 +263,7 @@ func (r *runner) publish(w *worker, a *simAction) {
 
 // publishSuccessor is workerrules.PublishSuccessor, with the deliberate bug
 // Options.mutate asks for in tests.
-func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec workerrules.Decision) error {
+func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec workerrules.Decision, delivered []byte) error {
 	switch m := r.opts.mutate; {
 	case m == mutEarly && dec.Delay > 0:
 		dec.Delay /= 4
@@ -276,7 +276,7 @@ func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec workerrule
 	case m == mutWrongReason && dec.Action == queuey.ActionDeadLetter:
 		dec.Reason = "a reason nobody decided"
 	}
-	return workerrules.PublishSuccessor(r.bg, sub.back, q.cfg, dec)
+	return workerrules.PublishSuccessor(r.bg, sub.back, q.cfg, dec, delivered)
 }
 
 // publishMalformed dead-letters a body that is not an envelope, verbatim.

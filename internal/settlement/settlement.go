@@ -36,8 +36,9 @@ type Funcs[E, A, Q, B any] struct {
 	// queue, before rounding.
 	Hold func(dec Decision[E, A]) time.Duration
 	// PublishSuccessor publishes dec's successor on backend and waits for
-	// the broker's confirm.
-	PublishSuccessor func(ctx context.Context, backend B, q Q, dec Decision[E, A]) error
+	// the broker's confirm. delivered is the body of the delivery dec
+	// settles, which a dead letter falls back to.
+	PublishSuccessor func(ctx context.Context, backend B, q Q, dec Decision[E, A], delivered []byte) error
 	// PublishMalformed dead-letters a malformed body of queue q verbatim.
 	PublishMalformed func(ctx context.Context, backend B, q Q, body []byte) error
 }

@@ -37,9 +37,9 @@ func Hold(dec Decision) time.Duration { return funcs.Hold(dec) }
 // PublishSuccessor publishes dec's successor on backend (a retry or
 // deferral through its hold queue, a dead letter to q's dead-letter queue)
 // and returns once the broker has confirmed it; only then may the delivery
-// be acknowledged.
-func PublishSuccessor(ctx context.Context, backend queuey.Backend, q queuey.QueueConfig, dec Decision) error {
-	return funcs.PublishSuccessor(ctx, backend, q, dec)
+// be acknowledged. delivered is the delivery's body.
+func PublishSuccessor(ctx context.Context, backend queuey.Backend, q queuey.QueueConfig, dec Decision, delivered []byte) error {
+	return funcs.PublishSuccessor(ctx, backend, q, dec, delivered)
 }
 
 // PublishMalformed dead-letters body, a delivery of q that is not an
