@@ -79,8 +79,8 @@ type Options struct {
 // New builds a harness for queues: a broker, a backend, a producer and a
 // worker, with every queue declared. Register handlers with Handle, then
 // Start the worker. Everything stops when the test ends: a handler still
-// running then has its context cancelled once the worker's StopTimeout has
-// passed, which the harness moves the mock clock through.
+// running a second (of real time) later has its context cancelled, as the
+// harness moves the mock clock through the worker's StopTimeout.
 func New(t TB, opts Options, queues ...queuey.QueueConfig) *Harness {
 	t.Helper()
 	clk := clock.NewMock()
@@ -195,15 +195,23 @@ func (h *Harness) Start() {
 // their contexts. In Test's bubble that time passes on its own; New's mock
 // clock moves only when told, so a handler still waiting on its context
 // (or on a sleep of the mock clock) at the end of a test would hold its
-// cleanup for ever. There the clock is moved on by StopTimeout every 10 ms
-// of real time until Run returns: a move made before Run starts its stop
-// timer misses it, and the next one does not. A handler that ignores its
-// cancelled context still holds Run up, as it would in production.
+// cleanup for ever. So once stopGrace of real time has passed, for
+// handlers doing real work to finish as they would in production, the
+// clock is moved on by StopTimeout every 10 ms until Run returns (a move
+// made before Run starts its stop timer misses it; the next does not). A
+// handler that ignores its cancelled context still holds Run up, as it
+// would in production.
 func (h *Harness) awaitStop(done <-chan error) error {
 	if h.bubble {
 		return <-done
 	}
-	stopTimeout := h.stopTimeout
+	grace := time.NewTimer(stopGrace)
+	defer grace.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-grace.C:
+	}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -211,10 +219,15 @@ func (h *Harness) awaitStop(done <-chan error) error {
 		case err := <-done:
 			return err
 		case <-tick.C:
-			h.Clock.Add(stopTimeout)
+			h.Clock.Add(h.stopTimeout)
 		}
 	}
 }
+
+// stopGrace is how long, in real time, a harness of New lets running
+// handlers finish at the end of a test before it moves the mock clock
+// through the worker's StopTimeout.
+const stopGrace = time.Second
 
 // Advance moves virtual time forward: hold queues expire, waits end. In
 // Test's bubble it returns once everything due by then has happened: jobs

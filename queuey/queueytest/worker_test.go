@@ -604,3 +604,30 @@ func TestNewCleanupEndsAHandlerWaitingOnItsContext(t *testing.T) {
 		t.Fatalf("the job: %d ready, %d unacked; want it back on its queue", q.Ready, q.Unacked)
 	}
 }
+
+// A handler still doing real work when a test of New ends (an httptest
+// call, say) finishes, its context intact, as it would in production.
+func TestNewCleanupLetsARunningHandlerFinish(t *testing.T) {
+	ft := &exampleT{}
+	h := queueytest.New(ft, queueytest.Options{}, jobsQueue())
+	started := make(chan struct{})
+	ended := make(chan error, 1)
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
+		close(started)
+		time.Sleep(100 * time.Millisecond) // real work, in real time, well within the grace
+		ended <- ctx.Err()
+		return nil
+	})
+	h.Start()
+	if _, err := h.Producer.Enqueue(context.Background(), Work{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	ft.done()
+	if err := <-ended; err != nil {
+		t.Fatalf("the handler's context at the end of its work: %v, want it intact", err)
+	}
+	if runs := h.Log.Runs(); len(runs) != 1 || runs[0].Err != nil {
+		t.Fatalf("runs: %v", runs)
+	}
+}
