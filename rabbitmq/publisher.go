@@ -25,9 +25,8 @@ const publishIDHeader = "x-queuey-publish-id"
 // Buffer sizes of the publisher's confirm and return listeners. The
 // Publish calls waiting for their confirms drain both (and the watcher
 // does, while confirms nobody waits for are due), so they only absorb
-// bursts; they
-// matter for membroker, which never blocks and holds back what does not fit
-// until the next call into the broker.
+// bursts; they matter for membroker, which never blocks and holds back
+// what does not fit until the next call into the broker.
 const (
 	confirmBuffer = 4096
 	returnBuffer  = 1024
@@ -126,8 +125,9 @@ type publisher struct {
 	// confirms and returns. A Publish waiting for its confirm takes it and
 	// dispatches until its own outcome is known, so a confirm that has
 	// already arrived (membroker hands confirms over before Publish
-	// returns) completes on the caller's goroutine with no handoff; the
-	// watcher takes it for good when the channel closes.
+	// returns) completes on the caller's goroutine with no handoff. The
+	// watcher takes it while orphans' confirms are due (adopt), and for
+	// good when the channel closes.
 	disp           chan struct{}
 	confirmsClosed bool // guarded by disp: the confirm listener has closed
 	confirms       chan amqp.Confirmation
@@ -567,13 +567,13 @@ func (p *publisher) adopt() (open bool, cause *amqp.Error) {
 		select {
 		case r, ok := <-p.returns:
 			if !ok {
-				p.returns = nil // the channel is closing; its close notification follows
+				p.returns = nil // the channel is closing; the watcher reads why
 				continue
 			}
 			p.recordReturn(r)
 		case c, ok := <-p.confirms:
 			if !ok {
-				p.confirmsClosed = true // the channel is closing; its close notification follows
+				p.confirmsClosed = true // the channel is closing; the watcher reads why
 				continue
 			}
 			p.dispatchConfirm(c, nil)

@@ -954,7 +954,9 @@ func TestPublisherReadsConfirmsNobodyWaitsFor(t *testing.T) {
 }
 
 // A channel the broker closes while the watcher adopts orphaned confirms
-// still shuts the publisher down, with the broker's reason.
+// still shuts the publisher down, with the broker's reason, even with a
+// confirm listener the client library leaves open after the close: the
+// watcher watches the close notification while it adopts.
 func TestPublisherClosesWhileAdoptingOrphans(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
@@ -963,7 +965,9 @@ func TestPublisherClosesWhileAdoptingOrphans(t *testing.T) {
 		if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
-		g := gated(ch, false)
+		release := make(chan struct{})
+		defer close(release)
+		g := gated(confirmsLeftOpen{ch, release}, false)
 		p := newTestPublisher(t, g, nil)
 		ctx, giveUp := context.WithCancel(t.Context())
 		errs := make(chan error, 1)
@@ -982,4 +986,24 @@ func TestPublisherClosesWhileAdoptingOrphans(t *testing.T) {
 		<-p.Done()
 		wantClosed(t, p.Err(), amqp.InternalError)
 	})
+}
+
+// confirmsLeftOpen forwards the broker's confirms but leaves the
+// publisher's confirm listener open when the channel closes, until the
+// test closes release.
+type confirmsLeftOpen struct {
+	Channel
+	release chan struct{}
+}
+
+func (c confirmsLeftOpen) NotifyPublish(out chan amqp.Confirmation) chan amqp.Confirmation {
+	in := c.Channel.NotifyPublish(make(chan amqp.Confirmation, cap(out)))
+	go func() {
+		for v := range in {
+			out <- v
+		}
+		<-c.release
+		close(out)
+	}()
+	return out
 }
