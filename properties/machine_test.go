@@ -827,7 +827,13 @@ func (m *machine) publish(t rapid.TB, w *worker, j *job, o outcome, delay time.D
 		*j = saved
 		return
 	default:
-		err = workerrules.PublishSuccessor(ctx, m.settlement(w), m.qcfg, dec, a.Msg.Body())
+		var rerouted string
+		rerouted, err = workerrules.PublishSuccessor(ctx, m.settlement(w), m.qcfg, dec, a.Msg.Body())
+		if rerouted != "" {
+			// The model asks for no hold longer than MaxHoldTTL and no job
+			// near the size limit.
+			t.Fatalf("job %s's %s successor was dead-lettered instead (%s)", j.id, o, rerouted)
+		}
 		if m.squat[j.dest] {
 			// The hold is refused: the job stays in hand, unacknowledged,
 			// until the core requeues it.

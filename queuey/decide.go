@@ -156,16 +156,17 @@ func isUnknownKind(err error) bool {
 // instead, as the job ran: one whose delay the backend refuses as too long
 // (ErrDelayTooLong) with ReasonDelayTooLong, and one whose successor it
 // refuses as too large (ErrJobTooLarge) with ReasonJobTooLarge. delivered
-// is the body of the delivery dec settles: see deadLetter.
+// is the body of the delivery dec settles: see deadLetter. rerouted is
+// the reason when it dead-lettered a retry or deferral, empty otherwise.
 //
 // Only after it returns nil may the delivery be acknowledged. On an error
 // the delivery must stay unacknowledged and go back to its queue, so the
 // job is never lost (at worst it runs again). The worker and the simulator
 // both settle through it.
-func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec decision, delivered []byte) error {
+func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec decision, delivered []byte) (rerouted string, err error) {
 	switch dec.Action {
 	case ActionAck:
-		return nil
+		return "", nil
 	case ActionDefer, ActionRetry:
 		kind := HoldRetry
 		if dec.Action == ActionDefer {
@@ -179,7 +180,7 @@ func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec d
 		case errors.Is(err, ErrJobTooLarge):
 			reason = ReasonJobTooLarge
 		default:
-			return err
+			return "", err
 		}
 		// Returned to its queue, the job would run and fail the same way
 		// again and again, a RequeueDelay apart. It is dead-lettered with
@@ -192,11 +193,14 @@ func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec d
 		} else {
 			env.Attempt--
 		}
-		return deadLetter(ctx, backend, q, env, reason, delivered)
+		if err := deadLetter(ctx, backend, q, env, reason, delivered); err != nil {
+			return "", err
+		}
+		return reason, nil
 	case ActionDeadLetter:
-		return deadLetter(ctx, backend, q, dec.Successor, dec.Reason, delivered)
+		return "", deadLetter(ctx, backend, q, dec.Successor, dec.Reason, delivered)
 	}
-	return fmt.Errorf("queuey: unknown action %v", dec.Action)
+	return "", fmt.Errorf("queuey: unknown action %v", dec.Action)
 }
 
 // deadLetter publishes env to q's dead-letter queue with reason. Should

@@ -561,7 +561,13 @@ func (s *shell) publish(a *coreAction) {
 		err = publishMalformed(s.ctx, s.w.backend, q, a.Msg.Body())
 	} else {
 		s.w.logDecision(s.ctx, q, a.Job, a.Decision)
-		err = publishSuccessor(s.ctx, s.w.backend, q, a.Decision, a.Msg.Body())
+		var rerouted string
+		rerouted, err = publishSuccessor(s.ctx, s.w.backend, q, a.Decision, a.Msg.Body())
+		if rerouted != "" {
+			s.w.cfg.Logger.ErrorContext(s.ctx, "queuey: job dead-lettered: no hold can take its "+a.Decision.Action.String(),
+				slog.String("job_id", a.Job.ID), slog.String("queue", q.Name), slog.String("kind", a.Job.Kind),
+				slog.Int("attempt", a.Job.Attempt), slog.Int("deferrals", a.Job.Deferrals), slog.String("reason", rerouted))
+		}
 	}
 	var buf [2]coreAction
 	s.mu.Lock()

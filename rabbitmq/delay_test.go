@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -209,7 +210,8 @@ func testSuccessorTooLarge(t *testing.T, observed bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = workerBackend.Close() })
-	cfg := queuey.WorkerConfig{}
+	var logs syncBuffer
+	cfg := queuey.WorkerConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	if observed {
 		cfg.Observer = nopObserver{}
 	}
@@ -251,6 +253,10 @@ func testSuccessorTooLarge(t *testing.T, observed bool) {
 	}
 	if _, stamped := env.Ext[queuey.ExtDueAt]; stamped || len(dead.Body) > size {
 		t.Fatalf("dead letter of %d bytes (the delivery had %d), due stamp kept: %t", len(dead.Body), size, stamped)
+	}
+	if got := logs.String(); !strings.Contains(got, `level=ERROR msg="queuey: job dead-lettered: no hold can take its defer"`) ||
+		!strings.Contains(got, `reason="job too large"`) {
+		t.Fatalf("the worker did not log the dead letter:\n%s", got)
 	}
 }
 

@@ -239,14 +239,20 @@ func (r *runner) publish(w *worker, a *simAction) {
 		})
 	}
 	r.cur, r.curSet = cur, true
-	err := r.publishSuccessor(d.sub, q, dec, d.Body())
+	rerouted, err := r.publishSuccessor(d.sub, q, dec, d.Body())
 	r.cur, r.curSet = settling{}, false
-	if err != nil {
+	switch {
+	case err != nil:
 		if held {
 			j.expect = j.expect[:len(j.expect)-1]
 		}
 		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: q.spec.Name, Worker: w.idx, Detail: settleFailure(err)})
-	} else {
+	case rerouted != "":
+		// No hold could take it: the job was dead-lettered as it ran.
+		j.expect = j.expect[:len(j.expect)-1]
+		j.deadWant = append(j.deadWant, deadWant{reason: rerouted, attempts: d.env.Attempt})
+		r.end1(j, "dead-lettered", rerouted)
+	default:
 		switch dec.Action {
 		case queuey.ActionRetry:
 			j.failures++
@@ -263,7 +269,7 @@ func (r *runner) publish(w *worker, a *simAction) {
 
 // publishSuccessor is workerrules.PublishSuccessor, with the deliberate bug
 // Options.mutate asks for in tests.
-func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec workerrules.Decision, delivered []byte) error {
+func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec workerrules.Decision, delivered []byte) (rerouted string, err error) {
 	switch m := r.opts.mutate; {
 	case m == mutEarly && dec.Delay > 0:
 		dec.Delay /= 4
@@ -272,7 +278,7 @@ func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec workerrule
 	case m == mutDeferPriority0 && dec.Action == queuey.ActionDefer:
 		dec.Successor.Priority = 0
 	case m == mutLoseRetry && dec.Action == queuey.ActionRetry:
-		return nil
+		return "", nil
 	case m == mutWrongReason && dec.Action == queuey.ActionDeadLetter:
 		dec.Reason = "a reason nobody decided"
 	}

@@ -515,3 +515,17 @@ func TestBrokerRestartAndOutage(t *testing.T) {
 		}
 	}
 }
+
+// A deferral no hold queue can take (a Retry-After of 30 days, over
+// MaxHoldTTL) is dead-lettered by the worker with "delay too long", as the
+// job ran: the oracle follows the product there, with no violation.
+func TestDeferralNoHoldCanTakeIsDeadLettered(t *testing.T) {
+	s := Scenario{Duration: dur(time.Second), Drain: dur(10 * time.Second), Queues: []Queue{{Workers: 1, Prefetch: 1,
+		Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{{Outcomes: []string{"defer"}}, {Outcomes: []string{"ok"}}}}},
+		Outcome:  Outcome{RetryAfter: Dist{Dist: DistConstant, Value: dur(30 * 24 * time.Hour)}}}}}
+	res, trace := run(t, s, Options{})
+	requireNoViolations(t, res)
+	if res.Jobs.DeadLettered != 1 || res.Jobs.Succeeded != 1 || res.DeadByReason["delay too long"] != 1 || res.Deferrals != 0 {
+		t.Fatalf("%+v, dead letters %v, %d deferrals\n%s", res.Jobs, res.DeadByReason, res.Deferrals, trace)
+	}
+}

@@ -37,8 +37,10 @@ type Funcs[E, A, Q, B any] struct {
 	Hold func(dec Decision[E, A]) time.Duration
 	// PublishSuccessor publishes dec's successor on backend and waits for
 	// the broker's confirm. delivered is the body of the delivery dec
-	// settles, which a dead letter falls back to.
-	PublishSuccessor func(ctx context.Context, backend B, q Q, dec Decision[E, A], delivered []byte) error
+	// settles, which a dead letter falls back to. rerouted is the reason
+	// when a retry or deferral no hold could take was dead-lettered
+	// instead; empty otherwise.
+	PublishSuccessor func(ctx context.Context, backend B, q Q, dec Decision[E, A], delivered []byte) (rerouted string, err error)
 	// PublishMalformed dead-letters a malformed body of queue q verbatim.
 	PublishMalformed func(ctx context.Context, backend B, q Q, body []byte) error
 }

@@ -37,8 +37,11 @@ func Hold(dec Decision) time.Duration { return funcs.Hold(dec) }
 // PublishSuccessor publishes dec's successor on backend (a retry or
 // deferral through its hold queue, a dead letter to q's dead-letter queue)
 // and returns once the broker has confirmed it; only then may the delivery
-// be acknowledged. delivered is the delivery's body.
-func PublishSuccessor(ctx context.Context, backend queuey.Backend, q queuey.QueueConfig, dec Decision, delivered []byte) error {
+// be acknowledged. delivered is the delivery's body. rerouted is the
+// dead-letter reason when a retry or deferral no hold could take was
+// dead-lettered instead (queuey.ReasonDelayTooLong,
+// queuey.ReasonJobTooLarge).
+func PublishSuccessor(ctx context.Context, backend queuey.Backend, q queuey.QueueConfig, dec Decision, delivered []byte) (rerouted string, err error) {
 	return funcs.PublishSuccessor(ctx, backend, q, dec, delivered)
 }
 
