@@ -39,26 +39,12 @@ func TestWorkerDeadLettersADelayNoHoldCanTake(t *testing.T) {
 		if _, err := producer.Enqueue(t.Context(), slowJob{N: 1}); err != nil {
 			t.Fatal(err)
 		}
-		ctx, stop := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- worker.Run(ctx) }()
-		time.Sleep(10 * time.Second) // ten RequeueDelays
-		synctest.Wait()
-		stop()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		if n := runs.Load(); n != 1 {
-			t.Fatalf("the handler ran %d times in 10 s, want once", n)
-		}
+		runOnceInTenRequeueDelays(t, worker, &runs)
 		ch, err := conn.Channel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, ok, err := ch.Get("jobs.dead", true)
-		if err != nil || !ok {
-			t.Fatalf("no dead letter (%v)", err)
-		}
+		d := takeDeadLetter(t, ch)
 		env, err := queuey.DecodeEnvelope(d.Body)
 		if err != nil {
 			t.Fatal(err)
@@ -94,10 +80,7 @@ func TestDeadLetterCutsALongReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, ok, err := ch.Get("jobs.dead", true)
-	if err != nil || !ok {
-		t.Fatalf("no dead letter (%v)", err)
-	}
+	d := takeDeadLetter(t, ch)
 	got, _ := d.Headers[HeaderDeathReason].(string)
 	if len(got) > MaxReason || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") || !strings.HasPrefix(got, "fatal: upstream said: éé") {
 		t.Fatalf("reason of %d bytes, valid UTF-8 %t: %.40q…", len(got), utf8.ValidString(got), got)
@@ -227,22 +210,8 @@ func testSuccessorTooLarge(t *testing.T, observed bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- worker.Run(ctx) }()
-	time.Sleep(10 * time.Second) // ten RequeueDelays
-	synctest.Wait()
-	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("the handler ran %d times in 10 s, want once", n)
-	}
-	dead, ok, err := ch.Get("jobs.dead", true)
-	if err != nil || !ok {
-		t.Fatalf("no dead letter (%v)", err)
-	}
+	runOnceInTenRequeueDelays(t, worker, &runs)
+	dead := takeDeadLetter(t, ch)
 	env, err := queuey.DecodeEnvelope(dead.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -308,24 +277,40 @@ func TestWorkerDeadLettersATerseJobVerbatimWhenItCannotGrow(t *testing.T) {
 		if err := ch.Publish("", "jobs", false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: body}); err != nil {
 			t.Fatal(err)
 		}
-		ctx, stop := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- worker.Run(ctx) }()
-		time.Sleep(10 * time.Second) // ten RequeueDelays
-		synctest.Wait()
-		stop()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		if n := runs.Load(); n != 1 {
-			t.Fatalf("the handler ran %d times in 10 s, want once", n)
-		}
-		dead, ok, err := ch.Get("jobs.dead", true)
-		if err != nil || !ok {
-			t.Fatalf("no dead letter (%v)", err)
-		}
+		runOnceInTenRequeueDelays(t, worker, &runs)
+		dead := takeDeadLetter(t, ch)
 		if reason := dead.Headers[HeaderDeathReason]; reason != queuey.ReasonJobTooLarge || string(dead.Body) != string(body) {
 			t.Fatalf("dead letter: reason %v, body %s; want %q and the delivered body", reason, dead.Body, queuey.ReasonJobTooLarge)
 		}
 	})
+}
+
+// runOnceInTenRequeueDelays runs worker for ten RequeueDelays of the
+// bubble's clock and fails t unless its handler, which counts its runs in
+// runs, ran exactly once in that time.
+func runOnceInTenRequeueDelays(t *testing.T, worker *queuey.Worker, runs *atomic.Int32) {
+	t.Helper()
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(ctx) }()
+	time.Sleep(10 * time.Second)
+	synctest.Wait()
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times in 10 s, want once", n)
+	}
+}
+
+// takeDeadLetter takes the first message of the dead-letter queue of
+// "jobs", failing t if there is none.
+func takeDeadLetter(t *testing.T, ch *membroker.Channel) amqp.Delivery {
+	t.Helper()
+	d, ok, err := ch.Get("jobs.dead", true)
+	if err != nil || !ok {
+		t.Fatalf("no dead letter (%v)", err)
+	}
+	return d
 }

@@ -522,10 +522,7 @@ func (p *publisher) watch() {
 	for open := true; open; {
 		select {
 		case e, ok := <-p.closes:
-			if ok {
-				cause = e
-			}
-			open = false
+			cause, open = closeCause(e, ok), false
 		case <-p.stop:
 			open = false
 		case <-p.orphaned:
@@ -555,10 +552,7 @@ func (p *publisher) adopt() (open bool, cause *amqp.Error) {
 	select {
 	case p.disp <- struct{}{}:
 	case e, ok := <-p.closes:
-		if ok {
-			cause = e
-		}
-		return false, cause
+		return false, closeCause(e, ok)
 	case <-p.stop:
 		return false, nil
 	}
@@ -578,15 +572,21 @@ func (p *publisher) adopt() (open bool, cause *amqp.Error) {
 			}
 			p.dispatchConfirm(c, nil)
 		case e, ok := <-p.closes:
-			if ok {
-				cause = e
-			}
-			return false, cause
+			return false, closeCause(e, ok)
 		case <-p.stop:
 			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// closeCause is the broker's reason received from the close notification,
+// if it sent one (ok): nil when the notification channel closed without.
+func closeCause(e *amqp.Error, ok bool) *amqp.Error {
+	if ok {
+		return e
+	}
+	return nil
 }
 
 // drainReturns records every return already handed over, without waiting.

@@ -918,30 +918,10 @@ func TestPublisherWriteResetMayHaveEnqueued(t *testing.T) {
 // now reads them.
 func TestPublisherReadsConfirmsNobodyWaitsFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// On the bubble's clock: membroker hands over what did not fit in
-		// a listener's buffer at its next poll.
-		b := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
-		conn, _ := b.Dial()
-		ch, _ := conn.Channel()
-		if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
-			t.Fatal(err)
-		}
+		_, ch := bubbleChannel(t)
 		g := gated(ch, false)
 		p := newTestPublisher(t, g, nil)
-		const n = confirmBuffer + 100
-		ctx, giveUp := context.WithCancel(t.Context())
-		errs := make(chan error, n)
-		for i := range n {
-			go func() { errs <- p.Publish(ctx, "q", msg(strconv.Itoa(i))) }()
-		}
-		go g.awaitPublished(n)
-		g.awaitHeld(n)
-		giveUp() // a memory alarm outlasted every caller's deadline, say
-		for range n {
-			if err := <-errs; !errors.Is(err, queuey.ErrMaybeEnqueued) || !errors.Is(err, context.Canceled) {
-				t.Fatalf("publish whose caller gave up: %v, want ErrMaybeEnqueued and context.Canceled", err)
-			}
-		}
+		abandon(t, p, g, confirmBuffer+100)
 		close(g.open) // the broker confirms them all
 		synctest.Wait()
 		if left := len(p.confirms); left != 0 || p.hasOrphans() {
@@ -959,25 +939,12 @@ func TestPublisherReadsConfirmsNobodyWaitsFor(t *testing.T) {
 // watcher watches the close notification while it adopts.
 func TestPublisherClosesWhileAdoptingOrphans(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
-		conn, _ := b.Dial()
-		ch, _ := conn.Channel()
-		if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
-			t.Fatal(err)
-		}
+		b, ch := bubbleChannel(t)
 		release := make(chan struct{})
 		defer close(release)
 		g := gated(confirmsLeftOpen{ch, release}, false)
 		p := newTestPublisher(t, g, nil)
-		ctx, giveUp := context.WithCancel(t.Context())
-		errs := make(chan error, 1)
-		go func() { errs <- p.Publish(ctx, "q", msg("orphan")) }()
-		g.awaitPublished(1)
-		g.awaitHeld(1)
-		giveUp()
-		if err := <-errs; !errors.Is(err, queuey.ErrMaybeEnqueued) {
-			t.Fatalf("publish whose caller gave up: %v", err)
-		}
+		abandon(t, p, g, 1)
 		synctest.Wait() // the watcher is adopting, its confirm held back
 		if !p.hasOrphans() {
 			t.Fatal("no orphan counted")
@@ -1006,4 +973,38 @@ func (c confirmsLeftOpen) NotifyPublish(out chan amqp.Confirmation) chan amqp.Co
 		close(out)
 	}()
 	return out
+}
+
+// bubbleChannel is a channel of a membroker on the bubble's clock (which
+// hands over what did not fit in a listener's buffer at its next poll),
+// with the queue "q" declared.
+func bubbleChannel(t *testing.T) (*membroker.Broker, *membroker.Channel) {
+	t.Helper()
+	b := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+	conn, _ := b.Dial()
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return b, ch
+}
+
+// abandon publishes n messages to "q" whose confirms g holds back, and
+// gives up on all of them (a memory alarm outlasted every caller's
+// deadline, say).
+func abandon(t *testing.T, p *publisher, g *gatedChannel, n int) {
+	t.Helper()
+	ctx, giveUp := context.WithCancel(t.Context())
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- p.Publish(ctx, "q", msg(strconv.Itoa(i))) }()
+	}
+	go g.awaitPublished(n)
+	g.awaitHeld(n)
+	giveUp()
+	for range n {
+		if err := <-errs; !errors.Is(err, queuey.ErrMaybeEnqueued) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("publish whose caller gave up: %v, want ErrMaybeEnqueued and context.Canceled", err)
+		}
+	}
 }
