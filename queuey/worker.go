@@ -566,7 +566,8 @@ func (s *shell) publish(a *coreAction) {
 		if rerouted != "" {
 			s.w.cfg.Logger.ErrorContext(s.ctx, "queuey: job dead-lettered: no hold can take its "+a.Decision.Action.String(),
 				slog.String("job_id", a.Job.ID), slog.String("queue", q.Name), slog.String("kind", a.Job.Kind),
-				slog.Int("attempt", a.Job.Attempt), slog.Int("deferrals", a.Job.Deferrals), slog.String("reason", rerouted))
+				slog.Int("attempt", a.Job.Attempt), slog.Int("deferrals", a.Job.Deferrals), slog.Duration("delay", a.Decision.Delay),
+				slog.String("reason", rerouted))
 		}
 	}
 	var buf [2]coreAction

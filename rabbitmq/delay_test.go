@@ -279,8 +279,9 @@ func TestWorkerDeadLettersATerseJobVerbatimWhenItCannotGrow(t *testing.T) {
 		}
 		runOnceInTenRequeueDelays(t, worker, &runs)
 		dead := takeDeadLetter(t, ch)
-		if reason := dead.Headers[HeaderDeathReason]; reason != queuey.ReasonJobTooLarge || string(dead.Body) != string(body) {
-			t.Fatalf("dead letter: reason %v, body %s; want %q and the delivered body", reason, dead.Body, queuey.ReasonJobTooLarge)
+		if reason, attempts := dead.Headers[HeaderDeathReason], dead.Headers[HeaderAttempts]; reason != queuey.ReasonJobTooLarge ||
+			attempts != int64(1) || string(dead.Body) != string(body) {
+			t.Fatalf("dead letter: reason %v, x-attempts %v, body %s; want %q, 1 and the delivered body", reason, attempts, dead.Body, queuey.ReasonJobTooLarge)
 		}
 	})
 }

@@ -43,6 +43,12 @@ type InspectorOptions struct {
 
 	// Logger receives what redrives do, at INFO. Defaults to discarding.
 	Logger *slog.Logger
+
+	// MaxMessageSize is the largest message body a redrive publishes, as
+	// Options.MaxMessageSize: a dead letter whose republished job would be
+	// larger is left in place (RedriveReport.TooLarge). Defaults to
+	// DefaultMaxMessageSize, RabbitMQ 4's default.
+	MaxMessageSize int
 }
 
 // QueueLister lists the queues of a virtual host, with their counts.
@@ -69,10 +75,11 @@ type QueueListing struct {
 // See docs/operating.md for the dead-letter formats and what each method
 // does to the queues.
 type Inspector struct {
-	open func() (InspectChannel, error)
-	top  Topology
-	list QueueLister
-	log  *slog.Logger
+	open    func() (InspectChannel, error)
+	top     Topology
+	list    QueueLister
+	log     *slog.Logger
+	maxSize int
 }
 
 // NewInspector returns an Inspector that opens its channels with open,
@@ -89,11 +96,19 @@ func NewInspector[C InspectChannel](open func() (C, error), opts InspectorOption
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	maxSize := opts.MaxMessageSize
+	switch {
+	case maxSize < 0:
+		return nil, fmt.Errorf("rabbitmq: NewInspector: MaxMessageSize %d is negative", maxSize)
+	case maxSize == 0:
+		maxSize = DefaultMaxMessageSize
+	}
 	return &Inspector{
-		open: func() (InspectChannel, error) { return open() },
-		top:  opts.Topology.WithDefaults(),
-		list: opts.Queues,
-		log:  log,
+		open:    func() (InspectChannel, error) { return open() },
+		top:     opts.Topology.WithDefaults(),
+		list:    opts.Queues,
+		log:     log,
+		maxSize: maxSize,
 	}, nil
 }
 
@@ -209,8 +224,8 @@ func (in *Inspector) declarePassive(name string) (amqp.Queue, error) {
 
 // DeadLetter is one message of a dead-letter queue, read the same way
 // whichever put it there: queuey (a fatal error, attempts exhausted, an
-// unknown kind, a malformed body) or the broker (a quorum work queue's
-// delivery limit).
+// unknown kind, a malformed body, a retry or deferral no hold could take)
+// or the broker (a quorum work queue's delivery limit).
 type DeadLetter struct {
 	// ID, Kind, Attempt and EnqueuedAt come from the job's envelope; they
 	// are zero when it is Malformed.
@@ -222,7 +237,8 @@ type DeadLetter struct {
 	// Queue is the work queue the job was dead-lettered from.
 	Queue string
 	// Reason says why: queuey's x-death-reason ("attempts exhausted",
-	// "fatal: …", "unknown job kind", "malformed envelope"), or for the
+	// "fatal: …", "unknown job kind", "malformed envelope", "delay too
+	// long", "job too large"), or for the
 	// broker's dead letters "broker: " and its x-first-death-reason (for
 	// example "broker: delivery_limit", a job that crashed its worker on
 	// every delivery of a quorum queue).
@@ -447,6 +463,12 @@ type RedriveReport struct {
 	// republish and its removal: that job may now be both in its work
 	// queue and still in the dead-letter queue.
 	MaybeMoved int
+	// TooLarge counts dead letters whose republished job would be larger
+	// than MaxMessageSize: left in place. The worker dead-letters a job
+	// byte for byte when it cannot re-encode it within the limit (one
+	// another producer wrote more tersely, just under it), and a redrive
+	// re-encodes every job it moves.
+	TooLarge int
 }
 
 // Redrive moves queue's dead letters that opts.Filter selects back to
@@ -496,13 +518,21 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 			rep.Recurred++
 			return false, nil
 		}
-		if opts.DryRun {
-			rep.Moved++
-			return false, nil
-		}
 		msg, err := redriveMessage(dl, opts.ResetAttempts)
 		if err != nil {
 			return false, err
+		}
+		if len(msg.Body) > in.maxSize {
+			// The broker would close the channel over it, ending the
+			// redrive here at every try.
+			rep.TooLarge++
+			in.log.WarnContext(ctx, "queuey: redrive: dead letter left in place: too large to republish",
+				slog.String("queue", queue), slog.String("job_id", dl.ID), slog.Int("bytes", len(msg.Body)), slog.Int("max_message_size", in.maxSize))
+			return false, nil
+		}
+		if opts.DryRun {
+			rep.Moved++
+			return false, nil
 		}
 		if err := pub.Publish(ctx, queue, msg); err != nil {
 			if errors.Is(err, queuey.ErrMaybeEnqueued) {
@@ -526,7 +556,7 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 		return read >= total || read == opts.Limit, nil
 	}, take)
 	in.log.InfoContext(ctx, "queuey: redrive", slog.String("queue", queue), slog.Int("read", rep.Read),
-		slog.Int("moved", rep.Moved), slog.Int("skipped", rep.Skipped), slog.Int("maybe_moved", rep.MaybeMoved),
+		slog.Int("moved", rep.Moved), slog.Int("skipped", rep.Skipped), slog.Int("too_large", rep.TooLarge), slog.Int("maybe_moved", rep.MaybeMoved),
 		slog.Bool("dry_run", opts.DryRun))
 	return rep, err
 }

@@ -558,3 +558,61 @@ func TestRedriveDropsTheOldReleaseTime(t *testing.T) {
 		t.Fatal("the dead letter's own envelope was changed")
 	}
 }
+
+// A dead letter the worker sent byte for byte because it could not grow
+// (a terse job just under the size limit) would be too large once the
+// redrive re-encodes it: it is left in place and counted, and the redrive
+// goes on to the next. Before, the broker closed the channel over it and
+// every redrive stopped there.
+func TestInspectorRedriveLeavesADeadLetterTooLargeToRepublish(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Classic, false)
+		terse := []byte(`{"v":1,"id":"terse-1","kind":"inspect","queue":"jobs","payload":{"n":1,"fail":"` + strings.Repeat("x", 200) +
+			`"},"attempt":3,"enqueued_at":"2025-01-02T03:04:05Z"}`)
+		small, err := queuey.Envelope{Version: queuey.EnvelopeVersion, ID: "small-1", Kind: "inspect", Queue: "jobs",
+			Payload: []byte(`{"n":2}`), Attempt: 3, EnqueuedAt: time.Unix(1, 0).UTC()}.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := r.inspConn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, body := range [][]byte{terse, small} {
+			err := ch.Publish("", "jobs.dead", false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: body,
+				Headers: amqp.Table{HeaderDeathReason: queuey.ReasonJobTooLarge, HeaderOriginalQueue: "jobs", HeaderAttempts: int64(3)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A limit at the terse job's size stands for RabbitMQ's 16 MiB,
+		// which takes seconds to fill under the race detector.
+		insp, err := NewInspector(r.inspConn.Channel, InspectorOptions{MaxMessageSize: len(terse)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := RedriveReport{Read: 2, Moved: 1, TooLarge: 1}
+		if rep, err := insp.Redrive(t.Context(), "jobs", RedriveOptions{DryRun: true}); err != nil || rep != want {
+			t.Fatalf("dry run: %+v, %v; want %+v", rep, err, want)
+		}
+		if rep, err := insp.Redrive(t.Context(), "jobs", RedriveOptions{}); err != nil || rep != want {
+			t.Fatalf("redrive: %+v, %v; want %+v", rep, err, want)
+		}
+		d := takeDeadLetter(t, ch)
+		if string(d.Body) != string(terse) || r.count(t, "jobs.dead") != 0 || r.count(t, "jobs") != 1 {
+			t.Fatalf("left in jobs.dead: %.60s…; %d more there, %d on jobs", d.Body, r.count(t, "jobs.dead"), r.count(t, "jobs"))
+		}
+	})
+}
+
+func TestNewInspectorRefusesANegativeMaxMessageSize(t *testing.T) {
+	b := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+	conn, err := b.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := NewInspector(conn.Channel, InspectorOptions{MaxMessageSize: -1}); err == nil || !strings.Contains(err.Error(), "MaxMessageSize -1 is negative") {
+		t.Fatalf("NewInspector with MaxMessageSize -1: %v", err)
+	}
+}

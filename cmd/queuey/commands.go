@@ -191,6 +191,7 @@ type reportJSON struct {
 	Skipped    int    `json:"skipped"`
 	Recurred   int    `json:"recurred"`
 	MaybeMoved int    `json:"maybe_moved"`
+	TooLarge   int    `json:"too_large"`
 	Error      string `json:"error,omitempty"`
 }
 
@@ -225,7 +226,7 @@ func (a *app) redrive(ctx context.Context, o options, in *rabbitmq.Inspector, qu
 	bar.finish()
 	if o.json {
 		out := reportJSON{Queue: queue, DryRun: o.dryRun, Read: rep.Read, Moved: rep.Moved, Skipped: rep.Skipped,
-			Recurred: rep.Recurred, MaybeMoved: rep.MaybeMoved}
+			Recurred: rep.Recurred, MaybeMoved: rep.MaybeMoved, TooLarge: rep.TooLarge}
 		if err != nil {
 			out.Error = err.Error()
 		}
@@ -238,10 +239,13 @@ func (a *app) redrive(ctx context.Context, o options, in *rabbitmq.Inspector, qu
 			verb = "dry run: would redrive"
 		}
 		fmt.Fprintf(a.stdout, "%s %d of %d dead letters read from %s to %s (%s)", verb, rep.Moved, rep.Read, dead, queue, attempts)
-		if rep.Skipped+rep.Recurred > 0 {
+		if rep.Skipped+rep.Recurred+rep.TooLarge > 0 {
 			fmt.Fprintf(a.stdout, "; left in place: %d not matching", rep.Skipped)
 			if rep.Recurred > 0 {
 				fmt.Fprintf(a.stdout, ", %d dead-lettered again meanwhile", rep.Recurred)
+			}
+			if rep.TooLarge > 0 {
+				fmt.Fprintf(a.stdout, ", %d too large to republish", rep.TooLarge)
 			}
 		}
 		fmt.Fprintln(a.stdout)
