@@ -159,10 +159,10 @@ func isUnknownKind(err error) bool {
 // is the body of the delivery dec settles: see deadLetter. rerouted is
 // the reason when it dead-lettered a retry or deferral, empty otherwise.
 //
-// Only after it returns a nil error may the delivery be acknowledged. On an error
-// the delivery must stay unacknowledged and go back to its queue, so the
-// job is never lost (at worst it runs again). The worker and the simulator
-// both settle through it.
+// Only after it returns a nil error may the delivery be acknowledged. On
+// an error the delivery must stay unacknowledged and go back to its queue,
+// so the job is never lost (at worst it runs again). The worker and the
+// simulator both settle through it.
 func publishSuccessor(ctx context.Context, backend Backend, q QueueConfig, dec decision, delivered []byte) (rerouted string, err error) {
 	switch dec.Action {
 	case ActionAck:
