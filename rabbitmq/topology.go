@@ -15,6 +15,9 @@ import (
 // milliseconds: the largest signed 32-bit value.
 const MaxHoldTTL = 2147483647
 
+// maxHold is MaxHoldTTL as a duration.
+const maxHold = time.Duration(MaxHoldTTL) * time.Millisecond
+
 // maxNameLen is the longest queue name AMQP 0-9-1 can carry (a short string).
 const maxNameLen = 255
 
@@ -95,16 +98,15 @@ func (t Topology) WithDefaults() Topology {
 // under "amq." or make them collide with each other.
 func (t Topology) Validate() error {
 	t = t.WithDefaults()
-	limit := time.Duration(MaxHoldTTL) * time.Millisecond
 	switch {
 	case t.RetryGranularity < 0:
 		return fmt.Errorf("rabbitmq: RetryGranularity %s is negative", t.RetryGranularity)
 	case t.DeferredGranularity < 0:
 		return fmt.Errorf("rabbitmq: DeferredGranularity %s is negative", t.DeferredGranularity)
-	case t.RetryGranularity > limit:
-		return fmt.Errorf("rabbitmq: RetryGranularity %s is over the %s a hold queue can wait", t.RetryGranularity, limit)
-	case t.DeferredGranularity > limit:
-		return fmt.Errorf("rabbitmq: DeferredGranularity %s is over the %s a hold queue can wait", t.DeferredGranularity, limit)
+	case t.RetryGranularity > maxHold:
+		return fmt.Errorf("rabbitmq: RetryGranularity %s is over the %s a hold queue can wait", t.RetryGranularity, maxHold)
+	case t.DeferredGranularity > maxHold:
+		return fmt.Errorf("rabbitmq: DeferredGranularity %s is over the %s a hold queue can wait", t.DeferredGranularity, maxHold)
 	case t.DeadSuffix == t.DeferredSuffix:
 		return fmt.Errorf("rabbitmq: DeadSuffix and DeferredSuffix are both %q", t.DeadSuffix)
 	case t.HoldType != queuey.Classic && t.HoldType != queuey.Quorum:
@@ -175,16 +177,15 @@ func holdTTL(delay, granularity time.Duration) (int64, error) {
 		return 0, nil
 	}
 	granularity = max(granularity, time.Millisecond)
-	limit := time.Duration(MaxHoldTTL) * time.Millisecond
-	if delay > limit {
-		return 0, fmt.Errorf("%w: %s is over the %s a hold queue can wait", queuey.ErrDelayTooLong, delay, limit)
+	if delay > maxHold {
+		return 0, fmt.Errorf("%w: %s is over the %s a hold queue can wait", queuey.ErrDelayTooLong, delay, maxHold)
 	}
 	steps := (delay + granularity - 1) / granularity // no overflow: delay ≤ ~24.8 days
 	rounded := steps * granularity
 	ms := int64((rounded + time.Millisecond - 1) / time.Millisecond)
 	if ms > MaxHoldTTL {
 		return 0, fmt.Errorf("%w: %s rounds up to %s, over the %s a hold queue can wait",
-			queuey.ErrDelayTooLong, delay, time.Duration(ms)*time.Millisecond, limit)
+			queuey.ErrDelayTooLong, delay, time.Duration(ms)*time.Millisecond, maxHold)
 	}
 	return ms, nil
 }
