@@ -565,9 +565,7 @@ func (s *shell) publish(a *coreAction) {
 		rerouted, err = publishSuccessor(s.ctx, s.w.backend, q, a.Decision, a.Msg.Body())
 		if rerouted != "" {
 			s.w.cfg.Logger.ErrorContext(s.ctx, "queuey: job dead-lettered: no hold can take its "+a.Decision.Action.String(),
-				slog.String("job_id", a.Job.ID), slog.String("queue", q.Name), slog.String("kind", a.Job.Kind),
-				slog.Int("attempt", a.Job.Attempt), slog.Int("deferrals", a.Job.Deferrals), slog.Duration("delay", a.Decision.Delay),
-				slog.String("reason", rerouted))
+				append(jobLogAttrs(q, a.Job), slog.Duration("delay", a.Decision.Delay), slog.String("reason", rerouted))...)
 		}
 	}
 	var buf [2]coreAction
@@ -581,8 +579,7 @@ func (s *shell) publish(a *coreAction) {
 // the hot path: an acknowledged job logs nothing.
 func (w *Worker) logDecision(ctx context.Context, q QueueConfig, env Envelope, dec decision) {
 	log := w.cfg.Logger
-	attrs := []any{slog.String("job_id", env.ID), slog.String("queue", q.Name), slog.String("kind", env.Kind),
-		slog.Int("attempt", env.Attempt), slog.Int("deferrals", env.Deferrals)}
+	attrs := jobLogAttrs(q, env)
 	switch dec.Action {
 	case ActionDefer:
 		log.InfoContext(ctx, "queuey: job deferred", append(attrs, slog.Duration("delay", dec.Delay), slog.String("reason", dec.Reason))...)
@@ -595,6 +592,13 @@ func (w *Worker) logDecision(ctx context.Context, q QueueConfig, env Envelope, d
 	case ActionDeadLetter:
 		log.ErrorContext(ctx, "queuey: job dead-lettered", append(attrs, slog.String("reason", dec.Reason), slog.String("error", dec.Err.Error()))...)
 	}
+}
+
+// jobLogAttrs are the attributes that name a job of queue q in the
+// worker's logs.
+func jobLogAttrs(q QueueConfig, env Envelope) []any {
+	return []any{slog.String("job_id", env.ID), slog.String("queue", q.Name), slog.String("kind", env.Kind),
+		slog.Int("attempt", env.Attempt), slog.Int("deferrals", env.Deferrals)}
 }
 
 // runHandler calls the handler, turning a panic into a *PanicError.
