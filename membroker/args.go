@@ -59,6 +59,7 @@ type queueConfig struct {
 	maxPriority    int // classic: levels are 0..maxPriority; valid when hasMaxPriority
 	hasMaxPriority bool
 	deliveryLimit  int64 // quorum; negative means no limit
+	atLeastOnce    bool  // quorum: dead-letters at least once (x-dead-letter-strategy, x-overflow)
 }
 
 // argCheck validates one argument's value when a queue is created; it returns
@@ -474,6 +475,9 @@ func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Tab
 				cfg.deliveryLimit = -1
 			}
 		}
+		// rabbit_quorum_queue:dlh/5: at-least-once only with reject-publish,
+		// else at-most-once.
+		cfg.atLeastOnce = args["x-dead-letter-strategy"] == "at-least-once" && args["x-overflow"] == "reject-publish"
 	}
 	return cfg, nil
 }

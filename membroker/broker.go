@@ -491,7 +491,7 @@ func (b *Broker) route(dst []*queue, key string, cc, bcc []string) []*queue {
 
 // deliverTo enqueues a copy of m on each target queue. The first target takes
 // m itself.
-func (b *Broker) deliverTo(targets []*queue, m *message, from *deathSite) {
+func (b *Broker) deliverTo(targets []*queue, m *message, from *deathSite, confirmed bool, src *queue) {
 	for i, q := range targets {
 		c := m
 		if i > 0 {
@@ -506,6 +506,7 @@ func (b *Broker) deliverTo(targets []*queue, m *message, from *deathSite) {
 			}
 			b.observe(ev)
 		}
+		b.landed(q, c, confirmed, src)
 		b.enqueue(q, c)
 	}
 }

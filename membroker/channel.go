@@ -181,7 +181,7 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 	}
 	q := &queue{
 		name: name, durable: durable, autoDelete: autoDelete, exclusive: exclusive,
-		args: args, cfg: cfg, levels: newLevels(cfg, b.version),
+		args: args, cfg: cfg, levels: newLevels(cfg, b.version), created: b.now,
 	}
 	b.observe(Event{Kind: EventQueueCreated, Queue: name})
 	if exclusive {
@@ -494,7 +494,7 @@ func (ch *Channel) Publish(exchange, key string, mandatory, immediate bool, msg 
 			ch.conn.send(outItem{kind: outReturn, ret: l, r: &r})
 		}
 	}
-	b.deliverTo(targets, m, nil)
+	b.deliverTo(targets, m, nil, ch.confirming, nil)
 	if ch.confirming {
 		for _, l := range ch.publishL {
 			ch.conn.send(outItem{kind: outConfirm, confirm: l, conf: amqp.Confirmation{DeliveryTag: ch.published, Ack: true}})
@@ -747,6 +747,7 @@ func (b *Broker) deliver(q *queue, c *consumer, m *message) {
 // handOut records an unacknowledged delivery (unless autoAck) and builds what
 // the client sees in d.
 func (ch *Channel) handOut(d *amqp.Delivery, q *queue, c *consumer, m *message, autoAck bool) {
+	ch.b.touch(q)
 	ch.tagSeq++
 	tag := ch.tagSeq
 	if !autoAck {
@@ -898,6 +899,7 @@ func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
 	}
 	for _, p := range settling {
 		p.q.unacked--
+		b.touch(p.q)
 		if p.c != nil {
 			p.c.unacked--
 		}

@@ -105,7 +105,8 @@ func (b *Broker) deadLetter(q *queue, m *message, reason string) {
 	// finished the step that dead-lettered it, after that step's own
 	// deliveries. A consumer freed by a reject is served from what was
 	// already on the queue before the rejected message comes back.
-	b.deadLetters = append(b.deadLetters, deadLetterInFlight{targets: targets, m: m, from: this})
+	b.touch(q)
+	b.deadLetters = append(b.deadLetters, deadLetterInFlight{targets: targets, m: m, from: this, src: q})
 }
 
 // deadLetterInFlight is a dead letter on its way to its target queues.
@@ -113,6 +114,7 @@ type deadLetterInFlight struct {
 	targets []*queue
 	m       *message
 	from    deathSite // the queue it left and why
+	src     *queue    // that queue
 }
 
 // landDeadLetters delivers the dead letters in flight, in the order they were
@@ -128,7 +130,9 @@ func (b *Broker) landDeadLetters() {
 				live = append(live, q)
 			}
 		}
-		b.deliverTo(live, dl.m, &dl.from)
+		// A quorum queue's at-least-once dead letter waits for its target's
+		// confirm (rabbit_fifo_dlx_worker); every other goes without one.
+		b.deliverTo(live, dl.m, &dl.from, dl.src.cfg.atLeastOnce, dl.src)
 	}
 	b.deadLetters = b.deadLetters[:0]
 	clear(b.dlTargets)

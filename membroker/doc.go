@@ -132,6 +132,8 @@
 // describe the state at one moment; Config.Observer reports, as they
 // happen and in order, every queue created or deleted and every message
 // enqueued (with where it was dead-lettered from), delivered or
-// dead-lettered. Broker.CloseConnection, Broker.CloseChannel and
-// Broker.Restart inject the failures a real broker causes.
+// dead-lettered, or lost in a crash. Broker.CloseConnection,
+// Broker.CloseChannel, Broker.Restart and Broker.Crash inject the failures
+// a real broker causes; what a Crash loses depends on Timing.ClassicSync
+// and Timing.QuorumRegister (semantics §13).
 package membroker

@@ -109,26 +109,5 @@ var forced = serverError(amqp.ConnectionForced,
 func (b *Broker) Restart() {
 	b.lock()
 	defer b.unlock()
-	for _, c := range slices.Clone(b.conns) {
-		c.teardown(forced)
-	}
-	for _, name := range b.queueNames() {
-		q := b.queues[name]
-		if !q.durable {
-			b.deleteQueue(q, "restart")
-			continue
-		}
-		if !q.isQuorum() {
-			kept := q.readyMessages()
-			q.purge()
-			for _, m := range kept {
-				if m.persistent {
-					q.levels[m.level].pushBack(m)
-					q.ready++
-				}
-			}
-		}
-		b.renewLease(q)
-		b.run(q)
-	}
+	b.restart(false)
 }

@@ -27,6 +27,12 @@ const (
 	// membroker does not model), so the message is gone; otherwise an
 	// EventEnqueued follows for each queue it reaches, possibly none.
 	EventDeadLettered
+	// EventLost: a message with message-id MessageID that was in Queue when
+	// the broker crashed (Broker.Crash) is not there after it. Reason is
+	// "unwritten" (a classic queue had not written its arrival to disk) or
+	// "unregistered" (a quorum queue too young to be recorded on disk
+	// restarts empty).
+	EventLost
 )
 
 // Event is one thing that happened inside the broker, for a simulation or a

@@ -29,6 +29,13 @@ type message struct {
 	// entry in rabbit_variable_queue's delivery_count map, 0 for none
 	// (semantics §12).
 	acquired, failed int
+	// Classic, under Timing.ClassicSync: the message's arrival is not yet
+	// on disk, so a Crash loses it; src is the classic queue that
+	// dead-lettered it and srcSyncs that queue's syncs at the time, so that
+	// a Crash can tell whether its removal from src is on disk either.
+	unsynced bool
+	src      *queue
+	srcSyncs uint64
 	// The delivery_count annotation a message carries out of a queue that
 	// dead-letters it, 0 if none: a quorum queue's header delivery_count
 	// (rabbit_fifo:annotate_msg), and on RabbitMQ43 a classic queue's
@@ -162,6 +169,13 @@ type queue struct {
 	leaseArmed    bool
 	leaseArmedFor time.Time // the leaseDue the pending expiry event was armed for
 	lastActive    time.Time
+
+	// What a kill -9 would lose (Timing.ClassicSync, Timing.QuorumRegister;
+	// durability.go). Tracked only while the model has a ClassicSync.
+	created  time.Time  // the declaration that created it
+	unsynced []*message // classic: messages whose arrival is not yet on disk
+	touched  time.Time  // classic: its last arrival, delivery or settlement
+	syncs    uint64     // classic: how many times it has written to disk
 }
 
 func (q *queue) isQuorum() bool { return q.cfg.kind == quorumKind }

@@ -45,6 +45,25 @@ type Timing struct {
 	// it set, a quorum queue's deletion comes late by a draw from
 	// [0, QuorumTick). Defaults to 0: on time.
 	QuorumTick time.Duration
+	// ClassicSync is how long a classic queue stays idle (no arrival,
+	// delivery or settlement) before it writes to disk the messages it took
+	// without a publisher confirm: dead letters, which RabbitMQ delivers
+	// with none, and publishes on a channel not in confirm mode. A
+	// confirmed publish into the queue, or 4,096 such messages waiting,
+	// writes them at once. With it set, Crash loses every such message not
+	// yet written, unless the classic queue that dead-lettered it has not
+	// written its removal either: then that queue has it again, and releases
+	// it twice. RabbitMQ hibernates an idle classic queue, writing what it
+	// holds, after at least 1 s (docs/rabbitmq-semantics.md §13).
+	// Defaults to 0: every message is on disk as it lands, and Crash loses
+	// only what a Restart does.
+	ClassicSync time.Duration
+	// QuorumRegister is how long after its creation a quorum queue is
+	// recorded on disk in Ra's table of names. Crash restarts a queue
+	// younger than that empty, whatever was confirmed into it. RabbitMQ
+	// 4.0.5 and 4.3.6 write the table about 1 s after a lone creation, at
+	// most 3 s (docs/rabbitmq-semantics.md §13). Defaults to 0: at once.
+	QuorumRegister time.Duration
 	// Seed seeds the draws. Defaults to 0, a seed like any other.
 	Seed uint64
 }
@@ -58,6 +77,10 @@ func (t Timing) Validate() error {
 		return fmt.Errorf("membroker: Timing.TimerSlack %s is negative", t.TimerSlack)
 	case t.QuorumTick < 0:
 		return fmt.Errorf("membroker: Timing.QuorumTick %s is negative", t.QuorumTick)
+	case t.ClassicSync < 0:
+		return fmt.Errorf("membroker: Timing.ClassicSync %s is negative", t.ClassicSync)
+	case t.QuorumRegister < 0:
+		return fmt.Errorf("membroker: Timing.QuorumRegister %s is negative", t.QuorumRegister)
 	}
 	return nil
 }
@@ -73,7 +96,7 @@ type timing struct {
 
 func newTiming(t Timing) timing {
 	if t.exact() {
-		return timing{}
+		return timing{Timing: t}
 	}
 	return timing{Timing: t, rng: rand.New(rand.NewPCG(t.Seed, 0x6d656d62726f6b72))} // "membrokr"
 }

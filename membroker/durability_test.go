@@ -1,0 +1,160 @@
+package membroker
+
+import (
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// crashTiming is the timing the simulator models a kill -9 with.
+var crashTiming = Timing{ClassicSync: time.Second, QuorumRegister: 3 * time.Second}
+
+// crashAndRedial crashes e's broker and gives e a new connection; confirm
+// puts its channel in confirm mode.
+func (e *env) crashAndRedial(confirm bool) {
+	e.t.Helper()
+	e.b.Crash()
+	e.redial(confirm)
+}
+
+func (e *env) redial(confirm bool) {
+	e.t.Helper()
+	conn, err := e.b.Dial()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.conn = conn
+	if e.ch, err = conn.Channel(); err != nil {
+		e.t.Fatal(err)
+	}
+	if confirm {
+		if err := e.ch.Confirm(false); err != nil {
+			e.t.Fatal(err)
+		}
+		e.ch.NotifyPublish(make(chan amqp.Confirmation, 64))
+	}
+}
+
+// holdToWork declares "work" and a classic hold of 100 ms dead-lettering
+// into it, on a confirming channel, and holds message "a".
+func holdToWork(t *testing.T, tm Timing) *env {
+	t.Helper()
+	e := newEnvWith(t, Config{Version: RabbitMQ40, Timing: tm})
+	e.redial(true)
+	e.declare("work", nil)
+	e.declare("hold", amqp.Table{"x-message-ttl": int64(100), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work"})
+	e.publish("hold", "a", amqp.Publishing{DeliveryMode: amqp.Persistent})
+	return e
+}
+
+var persistent = amqp.Publishing{DeliveryMode: amqp.Persistent}
+
+func TestCrashLosesAnUnwrittenDeadLetter(t *testing.T) {
+	e := holdToWork(t, crashTiming)
+	e.advance(150 * time.Millisecond) // "a" is in work, not yet written
+	e.publish("hold", "b", persistent)
+	// The confirmed publish wrote the hold's removal of "a": nothing has
+	// it on disk now.
+	e.crashAndRedial(false)
+	if got := e.drain("work"); len(got) != 0 {
+		t.Fatalf("work after the crash: %q, want nothing: the dead letter was not written", got)
+	}
+	e.advance(time.Second)
+	if got := e.drain("work"); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("work a second later: %q, want [b], held across the crash", got)
+	}
+}
+
+func TestCrashKeepsWhatReachedDisk(t *testing.T) {
+	cases := []struct {
+		name   string
+		tm     Timing
+		before func(e *env) // after "a" is dead-lettered into work, before the crash
+		want   []string
+	}{
+		{"exact timing writes every arrival", Timing{}, func(e *env) { e.publish("hold", "b", persistent) }, []string{"a"}},
+		{"a confirmed publish writes the dead letters before it", crashTiming,
+			func(e *env) { e.publish("hold", "b", persistent); e.publish("work", "c", persistent) }, []string{"a", "c"}},
+		{"an idle queue hibernates", crashTiming,
+			func(e *env) { e.publish("hold", "b", persistent); e.advance(2 * time.Second) }, []string{"a", "b"}},
+		{"a hold that has not written its removal releases again", crashTiming, func(*env) {}, []string{"a"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := holdToWork(t, c.tm)
+			e.advance(150 * time.Millisecond)
+			c.before(e)
+			e.crashAndRedial(false)
+			got := e.drain("work")
+			if len(got) != len(c.want) {
+				t.Fatalf("work after the crash: %q, want %q", got, c.want)
+			}
+			for i := range got {
+				if got[i] != c.want[i] {
+					t.Fatalf("work after the crash: %q, want %q", got, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestCrashLosesAnUnconfirmedPublishNotYetWritten(t *testing.T) {
+	e := newEnvWith(t, Config{Version: RabbitMQ40, Timing: crashTiming})
+	e.declare("work", nil)
+	e.publish("work", "a", persistent) // no confirm mode: not written
+	e.crashAndRedial(false)
+	if got := e.drain("work"); len(got) != 0 {
+		t.Fatalf("work after the crash: %q, want nothing", got)
+	}
+	e.publish("work", "b", persistent)
+	e.advance(time.Second)
+	e.b.Queues() // idle for a second: hibernated
+	e.crashAndRedial(false)
+	if got := e.drain("work"); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("work after the crash: %q, want [b]", got)
+	}
+}
+
+func TestCrashEmptiesAYoungQuorumQueue(t *testing.T) {
+	for _, c := range []struct {
+		age  time.Duration
+		want int
+	}{{2900 * time.Millisecond, 0}, {3 * time.Second, 1}} {
+		e := newEnvWith(t, Config{Version: RabbitMQ43, Timing: crashTiming})
+		e.redial(true)
+		e.declare("q", amqp.Table{"x-queue-type": "quorum"})
+		e.publish("q", "a", persistent)
+		e.advance(c.age)
+		e.crashAndRedial(false)
+		if got := e.info("q").Ready; got != c.want {
+			t.Errorf("a quorum queue crashed %s after its creation has %d messages, want %d", c.age, got, c.want)
+		}
+	}
+}
+
+func TestCrashKeepsAQuorumHoldsAtLeastOnceDeadLetters(t *testing.T) {
+	e := newEnvWith(t, Config{Version: RabbitMQ40, Timing: crashTiming})
+	e.redial(true)
+	e.declare("work", nil)
+	e.declare("hold", amqp.Table{"x-queue-type": "quorum", "x-message-ttl": int64(100), "x-dead-letter-exchange": "",
+		"x-dead-letter-routing-key": "work", "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
+	e.advance(5 * time.Second) // registered
+	e.publish("hold", "a", persistent)
+	e.advance(150 * time.Millisecond)
+	e.crashAndRedial(false)
+	if got := e.drain("work"); len(got) != 1 {
+		t.Fatalf("work after the crash: %q, want [a]: the target confirmed it to the dead-letter worker", got)
+	}
+}
+
+func TestRestartWritesEverything(t *testing.T) {
+	e := holdToWork(t, crashTiming)
+	e.advance(150 * time.Millisecond)
+	e.publish("hold", "b", persistent)
+	e.b.Restart()
+	e.redial(false)
+	if got := e.drain("work"); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("work after a clean restart: %q, want [a]", got)
+	}
+}
