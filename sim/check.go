@@ -214,6 +214,8 @@ func (r *runner) observe(ev membroker.Event) {
 		if qr.role == roleWork {
 			j.copies-- // it goes to the dead-letter queue, where it ends
 		}
+	case membroker.EventLost:
+		r.crashLost(qr, ev)
 	case membroker.EventDelivered:
 		switch qr.role {
 		case roleWork:
@@ -273,6 +275,29 @@ func (r *runner) lose(name string, n int) {
 		r.end1(j, "lost", "")
 		r.retire(j)
 	}
+}
+
+// crashLost ends, as lost, the job whose copy the broker's crash lost
+// from a queue of ours, if that was its last copy.
+func (r *runner) crashLost(qr queueRole, ev membroker.Event) {
+	j := r.job(jobNumber(ev.MessageID))
+	if j == nil || qr.role == roleDead {
+		return
+	}
+	if qr.role == roleHold {
+		for k, h := range j.holds {
+			if h.queue == ev.Queue {
+				j.holds = append(j.holds[:k], j.holds[k+1:]...)
+				break
+			}
+		}
+	}
+	if j.copies--; j.copies > 0 {
+		return
+	}
+	r.emit(Event{Kind: EvLost, Job: j.n, Queue: ev.Queue, Worker: -1, Detail: ev.Reason})
+	r.end1(j, "lost", "")
+	r.retire(j)
 }
 
 // holdsChanged tracks the number of hold queues over time.

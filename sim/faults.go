@@ -55,7 +55,7 @@ func (r *runner) fault(f Fault) {
 				r.restart(w)
 			}
 		})
-	case FaultRestart, FaultOutage:
+	case FaultRestart, FaultKill, FaultOutage:
 		r.brokerDown(f)
 	case FaultRefuseHold:
 		ttl, _ := r.top.RetryTTL(f.TTL.D())
@@ -133,15 +133,16 @@ func (r *runner) connectWorker(w *worker) error {
 	return nil
 }
 
-// brokerDown restarts the broker (FaultRestart) or cuts it off
-// (FaultOutage): every connection of queuey's goes, and dials fail until
+// brokerDown restarts the broker (FaultRestart), kills and starts it
+// (FaultKill), or cuts it off (FaultOutage): every connection of queuey's
+// goes, and dials fail until
 // the broker is back. The producer and the workers then reconnect as a
 // supervised backend does, after rabbitmq.Backoff's waits, drawn from the
 // seed; each worker's core learns its connection is gone.
 func (r *runner) brokerDown(f Fault) {
 	span, what := f.For.D(), "outage"
-	if f.Kind == FaultRestart {
-		span, what = f.Restart.D(), "restart"
+	if f.Kind == FaultRestart || f.Kind == FaultKill {
+		span, what = f.Restart.D(), f.Kind
 	}
 	if until := r.clk.Now().Add(span); until.After(r.unreachable) {
 		r.unreachable = until
@@ -157,9 +158,13 @@ func (r *runner) brokerDown(f Fault) {
 			}
 		}
 	}
-	if f.Kind == FaultRestart {
+	if f.Kind == FaultRestart || f.Kind == FaultKill {
 		r.restarting = true
-		r.broker.Restart()
+		if f.Kind == FaultKill {
+			r.broker.Crash()
+		} else {
+			r.broker.Restart()
+		}
 		r.restarting = false
 		r.reconnectAdmin() // the harness's own connection, not queuey's: back at once
 	} else {

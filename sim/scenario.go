@@ -106,6 +106,14 @@ type Timing struct {
 	// QuorumTick is how often a quorum queue checks its x-expires.
 	// Defaults to 5s, RabbitMQ 4's quorum_tick_interval.
 	QuorumTick Duration `json:"quorum_tick,omitempty"`
+	// ClassicSync is how long a classic queue stays idle before it writes
+	// to disk the dead letters it took, which a kill loses until then.
+	// Defaults to DefaultClassicSync.
+	ClassicSync Duration `json:"classic_sync,omitempty"`
+	// QuorumRegister is how long a new quorum queue takes to be recorded
+	// on disk: a kill before then restarts it empty. Defaults to
+	// DefaultQuorumRegister.
+	QuorumRegister Duration `json:"quorum_register,omitempty"`
 }
 
 // The broker timing a scenario gets by default, from the live RabbitMQ
@@ -123,13 +131,28 @@ const (
 	DefaultTimerSlack = 2 * time.Millisecond
 )
 
+// What a kill -9 loses, by default, from RabbitMQ 4.0.5's and 4.3.6's
+// source and the live probe rabbitmq.TestLiveRestartHoldProbe
+// (docs/rabbitmq-semantics.md §13): an idle classic queue hibernates, and
+// writes the dead letters it holds, after at least 1 s; a new quorum
+// queue's name reaches disk about 1 s after its creation, at most 3 s,
+// and the model takes the longest.
+const (
+	DefaultClassicSync    = time.Second
+	DefaultQuorumRegister = 3 * time.Second
+)
+
 // membroker returns the timing membroker models for t (defaults applied),
 // its draws seeded from seed.
 func (t Timing) membroker(seed uint64) membroker.Timing {
 	if t.Exact {
 		return membroker.Timing{}
 	}
-	return membroker.Timing{Latency: t.Latency.D(), TimerSlack: t.TimerSlack.D(), QuorumTick: t.QuorumTick.D(), Seed: splitmix(seed ^ streamBroker)}
+	return membroker.Timing{
+		Latency: t.Latency.D(), TimerSlack: t.TimerSlack.D(), QuorumTick: t.QuorumTick.D(),
+		ClassicSync: t.ClassicSync.D(), QuorumRegister: t.QuorumRegister.D(),
+		Seed: splitmix(seed ^ streamBroker),
+	}
 }
 
 // Queue is one work queue with its workload.
@@ -277,6 +300,12 @@ const (
 	// unreachable for Restart. The producer and every worker reconnect
 	// with rabbitmq.Backoff's defaults, their dials failing until then.
 	FaultRestart = "restart"
+	// FaultKill kills the broker's node with SIGKILL and starts it again
+	// (membroker's Broker.Crash): as FaultRestart, except that what had
+	// not reached disk is lost, as Timing's ClassicSync and QuorumRegister
+	// model it: a dead letter a classic queue had not yet written, and
+	// every message of a quorum queue created moments before.
+	FaultKill = "kill"
 	// FaultOutage makes the broker unreachable for For: the producer's and
 	// the workers' connections drop, and their dials fail until it ends.
 	// The broker keeps everything. Jobs that arrive meanwhile wait for the
@@ -288,7 +317,8 @@ const (
 type Fault struct {
 	// At is when it happens. Required.
 	At Duration `json:"at"`
-	// Kind is "crash", "drop", "refuse-hold", "restart" or "outage".
+	// Kind is "crash", "drop", "refuse-hold", "restart", "kill" or
+	// "outage".
 	// Required.
 	Kind string `json:"kind"`
 	// Queue names the work queue; defaults to the first.
@@ -296,7 +326,7 @@ type Fault struct {
 	// Worker is the index of the worker (crash, drop). Defaults to 0.
 	Worker int `json:"worker,omitempty"`
 	// Restart is how long a crashed or dropped worker stays down, or a
-	// restarting broker unreachable. Defaults to 1s.
+	// restarting or killed broker unreachable. Defaults to 1s.
 	Restart Duration `json:"restart,omitempty"`
 	// TTL is the hold the refusal hits (refuse-hold), before rounding.
 	TTL Duration `json:"ttl,omitempty"`
@@ -371,6 +401,12 @@ func (s Scenario) WithDefaults() Scenario {
 		}
 		if s.Timing.QuorumTick == 0 {
 			s.Timing.QuorumTick = Duration(5 * time.Second)
+		}
+		if s.Timing.ClassicSync == 0 {
+			s.Timing.ClassicSync = Duration(DefaultClassicSync)
+		}
+		if s.Timing.QuorumRegister == 0 {
+			s.Timing.QuorumRegister = Duration(DefaultQuorumRegister)
 		}
 	}
 	qs := make([]Queue, len(s.Queues))
@@ -462,7 +498,8 @@ func (s Scenario) Validate() error {
 	for _, f := range []struct {
 		name string
 		d    Duration
-	}{{"latency", s.Timing.Latency}, {"timer_slack", s.Timing.TimerSlack}, {"quorum_tick", s.Timing.QuorumTick}} {
+	}{{"latency", s.Timing.Latency}, {"timer_slack", s.Timing.TimerSlack}, {"quorum_tick", s.Timing.QuorumTick},
+		{"classic_sync", s.Timing.ClassicSync}, {"quorum_register", s.Timing.QuorumRegister}} {
 		if f.d < 0 {
 			return fieldErr("timing."+f.name, "must not be negative, got %s", f.d.D())
 		}
@@ -548,7 +585,7 @@ func (s Scenario) Validate() error {
 			if f.Restart < 0 {
 				return fieldErr(p+".restart", "must not be negative, got %s", f.Restart.D())
 			}
-		case FaultRestart:
+		case FaultRestart, FaultKill:
 			if f.Restart < 0 {
 				return fieldErr(p+".restart", "must not be negative, got %s", f.Restart.D())
 			}
