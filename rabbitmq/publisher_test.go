@@ -896,8 +896,11 @@ func (resettingChannel) PublishWithContext(ctx context.Context, exchange, key st
 	return &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
 }
 
-// A write that fails on the wire may have reached the broker in part: the
-// error says the job may have been enqueued (seen live with a kill -9).
+// The first write that fails on the wire may have been sent whole by
+// another channel's flush of the shared writer: the error says the job may
+// have been enqueued (seen live with a kill -9). Every later one wrote
+// nothing, the writer refusing with its first error: not sent, and not a
+// maybe (a restart gave eleven such false maybes in 40 ms, none enqueued).
 func TestPublisherWriteResetMayHaveEnqueued(t *testing.T) {
 	b := membroker.New(membroker.Config{Clock: clock.NewMock(), Version: membroker.RabbitMQ40})
 	conn, _ := b.Dial()
@@ -906,6 +909,12 @@ func TestPublisherWriteResetMayHaveEnqueued(t *testing.T) {
 	err := p.Publish(t.Context(), "q", msg("x"))
 	if !errors.Is(err, queuey.ErrMaybeEnqueued) || !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("publish over a reset connection: %v; want queuey.ErrMaybeEnqueued wrapping ECONNRESET", err)
+	}
+	for range 3 {
+		err := p.Publish(t.Context(), "q", msg("y"))
+		if errors.Is(err, queuey.ErrMaybeEnqueued) || !errors.Is(err, ErrPublisherClosed) || !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("publish after the connection failed: %v; want ErrPublisherClosed wrapping ECONNRESET, not a maybe", err)
+		}
 	}
 }
 

@@ -11,7 +11,9 @@ package rabbitmq
 // It runs only when asked, since it restarts the broker for minutes:
 // QUEUEY_PROBE_RUNS sets how many runs each arm makes, QUEUEY_PROBE_ARMS
 // which arms run (default all: classic-restart, classic-kill,
-// quorum-restart, quorum-kill); it needs AMQP_URL and
+// quorum-restart, quorum-kill: the holds' type and the fault), and
+// QUEUEY_PROBE_WORK=quorum makes the work queue a quorum queue (else
+// classic); it needs AMQP_URL and
 // QUEUEY_RABBITMQ_SCRIPT, as the fault tests do (.ci/run). RABBITMQ_VERSION
 // picks the broker the script restarts:
 //
@@ -61,7 +63,7 @@ func TestLiveRestartHoldProbe(t *testing.T) {
 		t.Run(arm, func(t *testing.T) {
 			var lost, confirmed int
 			for i := range runs {
-				r := probeRestart(t, url, holdType == "quorum", fault == "kill")
+				r := probeRestart(t, url, holdType == "quorum", os.Getenv("QUEUEY_PROBE_WORK") == "quorum", fault == "kill")
 				lost += len(r.lost)
 				confirmed += r.confirmed
 				t.Logf("PROBE %s run %d: %s", arm, i+1, r)
@@ -87,9 +89,10 @@ func (r probeResult) String() string {
 		r.firstQueue.Round(time.Millisecond), r.lastArrival.Round(time.Millisecond), spanOf(r.lost))
 }
 
-// probeRestart runs the probe once: quorum picks the holds' type, kill a
-// kill -9 (else stop_app and start_app).
-func probeRestart(t *testing.T, url string, quorum, kill bool) probeResult {
+// probeRestart runs the probe once: quorum picks the holds' type,
+// quorumWork the work queue's, kill a kill -9 (else stop_app and
+// start_app).
+func probeRestart(t *testing.T, url string, quorum, quorumWork, kill bool) probeResult {
 	t.Helper()
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
@@ -106,7 +109,11 @@ func probeRestart(t *testing.T, url string, quorum, kill bool) probeResult {
 			return err
 		}
 		defer ch.Close()
-		if _, err := ch.QueueDeclare(work, true, false, false, false, nil); err != nil {
+		var workArgs amqp.Table
+		if quorumWork {
+			workArgs = amqp.Table{"x-queue-type": "quorum"}
+		}
+		if _, err := ch.QueueDeclare(work, true, false, false, false, workArgs); err != nil {
 			return err
 		}
 		for i, h := range holds {

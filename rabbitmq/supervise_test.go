@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -44,12 +46,26 @@ type memNet struct {
 	// inConsume, if set, is called with the channel as each basic.consume
 	// on it starts.
 	inConsume func(*membroker.Channel)
+	// resetting, if set, is a connection whose every publish fails as a
+	// write over a reset TCP connection does, sending nothing.
+	resetting *membroker.Connection
 }
 
 // memChan is a channel of memConn's.
 type memChan struct {
 	Channel
-	n *memNet
+	n    *memNet
+	conn *membroker.Connection
+}
+
+func (c memChan) PublishWithContext(ctx context.Context, exchange, key string, mandatory, immediate bool, msg amqp.Publishing) error {
+	c.n.mu.Lock()
+	reset := c.n.resetting == c.conn
+	c.n.mu.Unlock()
+	if reset {
+		return &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	return c.Channel.PublishWithContext(ctx, exchange, key, mandatory, immediate, msg)
 }
 
 func (c memChan) Consume(queue, tag string, autoAck, exclusive, noLocal, noWait bool, args amqp.Table) (<-chan amqp.Delivery, error) {
@@ -73,7 +89,8 @@ func (c memChan) Consume(queue, tag string, autoAck, exclusive, noLocal, noWait 
 // and refuses to open one while its net says so.
 type memConn struct {
 	Conn
-	n *memNet
+	n    *memNet
+	conn *membroker.Connection
 }
 
 func (c memConn) Channel() (Channel, error) {
@@ -87,7 +104,7 @@ func (c memConn) Channel() (Channel, error) {
 		return nil, err
 	}
 	c.n.chans = append(c.n.chans, ch.(*membroker.Channel))
-	return memChan{ch, c.n}, nil
+	return memChan{ch, c.n, c.conn}, nil
 }
 
 func (n *memNet) dial(ctx context.Context, url string) (Conn, error) {
@@ -106,7 +123,7 @@ func (n *memNet) dial(ctx context.Context, url string) (Conn, error) {
 		return nil, err
 	}
 	n.conns = append(n.conns, c)
-	return memConn{AdaptConn[*membroker.Channel](c), n}, nil
+	return memConn{AdaptConn[*membroker.Channel](c), n, c}, nil
 }
 
 // set changes n under its lock.
@@ -245,6 +262,37 @@ func TestConnectReconnectsAndPublishingResumes(t *testing.T) {
 		}
 		if strings.Contains(s.logs.String(), "s3cr3t") {
 			t.Fatalf("the logs show the password:\n%s", s.logs)
+		}
+	})
+}
+
+// A kill -9 of the broker resets the connection under the publisher: the
+// first publish to fail may have been sent whole (another channel's flush
+// of the shared writer) and says so; the next wrote nothing, so it waits
+// for the next connection and goes out on it, within its context, instead
+// of being a false "maybe".
+func TestPublishAfterAWriteFailedIsSentOnTheNextConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		s.net.set(func(n *memNet) { n.resetting = n.conns[len(n.conns)-1] })
+		if err := s.b.Publish(t.Context(), job("j1"), 0, queuey.HoldRetry); !errors.Is(err, queuey.ErrMaybeEnqueued) {
+			t.Fatalf("the first publish over the reset connection: %v, want queuey.ErrMaybeEnqueued", err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.b.Publish(t.Context(), job("j2"), 0, queuey.HoldRetry) }()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("the second publish returned %v before the connection went, want it to wait", err)
+		default:
+		}
+		s.net.drop() // as the client library takes the dead connection down
+		synctest.Wait()
+		if err := <-done; err != nil {
+			t.Fatalf("the second publish: %v, want it sent on the next connection", err)
+		}
+		if n := s.ready(t); n != 1 {
+			t.Fatalf("%d jobs ready on jobs, want 1 (j2)", n)
 		}
 	})
 }
