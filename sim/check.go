@@ -154,7 +154,14 @@ func (r *runner) classifyName(name string) queueRole {
 	if _, err := strconv.ParseUint(name[i+1:], 10, 32); err != nil {
 		return queueRole{}
 	}
-	base, ok := strings.CutSuffix(name[:i], r.top.DeferredSuffix)
+	base, ok := name[:i], true
+	if r.top.HoldType == queuey.Quorum {
+		base, ok = strings.CutSuffix(base, ".quorum") // rabbitmq.Topology.QuorumHoldQueue
+		if !ok {
+			return queueRole{}
+		}
+	}
+	base, ok = strings.CutSuffix(base, r.top.DeferredSuffix)
 	if !ok {
 		return queueRole{}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/queuey/queuey/internal/redial"
+	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -59,7 +60,11 @@ func (r *runner) fault(f Fault) {
 		r.brokerDown(f)
 	case FaultRefuseHold:
 		ttl, _ := r.top.RetryTTL(f.TTL.D())
-		r.refuseHold(q, r.top.HoldQueue(q.spec.Name, ttl), ttl, r.clk.Now().Add(f.For.D()))
+		name := r.top.HoldQueue(q.spec.Name, ttl)
+		if r.top.HoldType == queuey.Quorum {
+			name = r.top.QuorumHoldQueue(q.spec.Name, ttl)
+		}
+		r.refuseHold(q, name, ttl, r.clk.Now().Add(f.For.D()))
 	}
 }
 

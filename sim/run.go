@@ -364,7 +364,7 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	r := &runner{
 		ctx: ctx, bg: context.Background(), s: s, opts: opts,
 		clk: NewClock(Start),
-		top: rabbitmq.Topology{RetryGranularity: s.Topology.RetryGranularity.D(), DeferredGranularity: s.Topology.DeferredGranularity.D()}.WithDefaults(),
+		top: s.Topology.rabbitmq().WithDefaults(),
 		oracle: oracle{
 			byName:    map[string]*simQueue{},
 			holdNames: map[string]queueRole{},

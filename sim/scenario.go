@@ -84,6 +84,18 @@ type Topology struct {
 	RetryGranularity Duration `json:"retry_granularity,omitempty"`
 	// DeferredGranularity rounds deferrals. Defaults to 1s.
 	DeferredGranularity Duration `json:"deferred_granularity,omitempty"`
+	// HoldType is the hold queues' type, "classic" (the default) or
+	// "quorum" (rabbitmq.Topology.HoldType).
+	HoldType string `json:"hold_type,omitempty"`
+}
+
+// rabbitmq is the backend's topology for t, defaults not filled in.
+func (t Topology) rabbitmq() rabbitmq.Topology {
+	top := rabbitmq.Topology{RetryGranularity: t.RetryGranularity.D(), DeferredGranularity: t.DeferredGranularity.D()}
+	if t.HoldType == "quorum" {
+		top.HoldType = queuey.Quorum
+	}
+	return top
 }
 
 // Timing is the broker's latency and timer slack (membroker.Timing), drawn
@@ -488,7 +500,10 @@ func (s Scenario) Validate() error {
 	if _, err := parseProfile(s.Profile); err != nil {
 		return fieldErr("profile", "%v", err)
 	}
-	top := rabbitmq.Topology{RetryGranularity: s.Topology.RetryGranularity.D(), DeferredGranularity: s.Topology.DeferredGranularity.D()}
+	top := s.Topology.rabbitmq()
+	if h := s.Topology.HoldType; h != "" && h != "classic" && h != "quorum" {
+		return fieldErr("topology.hold_type", "must be classic or quorum, got %q", h)
+	}
 	if s.Topology.RetryGranularity < 0 {
 		return fieldErr("topology.retry_granularity", "must be positive, got %s", s.Topology.RetryGranularity.D())
 	}
