@@ -50,6 +50,7 @@ type config struct {
 	drainSet  bool
 	profile   string // "": the scenario's
 	queueType string // "": the scenario's
+	holdType  string // "": the scenario's
 	legacy    bool
 	jsonOut   bool
 	csvOut    bool
@@ -97,6 +98,8 @@ func (cfg *config) flagSet() *flag.FlagSet {
 		"broker profile: RabbitMQ40 or RabbitMQ43 (default: the scenario's; RabbitMQ43 if it sets none)")
 	fs.StringVar(&cfg.queueType, "queue-type", "",
 		"type of every work queue: classic or quorum (default: the scenario's; classic if it sets none)")
+	fs.StringVar(&cfg.holdType, "hold-type", "",
+		"type of the hold queues: classic or quorum (default: the scenario's; classic if it sets none); with kill and restart faults in the scenario, the lost column shows what each loses")
 	fs.StringVar(&cfg.scenario, "scenario", "",
 		"replay only: scenario file (YAML or JSON) whose first queue receives the replayed jobs (default: the default scenario)")
 	fs.BoolVar(&cfg.legacy, "compare-legacy", false,
@@ -208,6 +211,9 @@ func (cfg *config) check() error {
 	}
 	if cfg.queueType != "" && cfg.queueType != "classic" && cfg.queueType != "quorum" {
 		return fmt.Errorf("--queue-type: unknown queue type %q: want classic or quorum", cfg.queueType)
+	}
+	if cfg.holdType != "" && cfg.holdType != "classic" && cfg.holdType != "quorum" {
+		return fmt.Errorf("--hold-type: unknown hold queue type %q: want classic or quorum", cfg.holdType)
 	}
 	if cfg.scenario != "" && cfg.command != "replay" {
 		return errors.New("--scenario: only replay takes a base scenario; run takes the scenario file as its argument")

@@ -66,7 +66,7 @@ errors and violations.
 // flagArgs names each valued flag's argument in --help.
 var flagArgs = map[string]string{
 	"granularity": "LIST", "budget": "N", "seed": "N", "duration": "DURATION", "drain": "DURATION",
-	"profile": "NAME", "queue-type": "TYPE", "scenario": "FILE", "plot": "FILE", "parallel": "N",
+	"profile": "NAME", "queue-type": "TYPE", "hold-type": "TYPE", "scenario": "FILE", "plot": "FILE", "parallel": "N",
 }
 
 // writeHelp writes the --help text: what the command does, its commands,

@@ -108,7 +108,7 @@ func TestGoldenJSONParses(t *testing.T) {
 // other overrides reach the scenario.
 func TestSeedAndOverrides(t *testing.T) {
 	args := []string{"run", "testdata/small.yaml", "--granularity", "1s", "--duration", "30s", "--drain", "10s",
-		"--profile", "RabbitMQ43", "--queue-type", "quorum", "--json"}
+		"--profile", "RabbitMQ43", "--queue-type", "quorum", "--hold-type", "quorum", "--json"}
 	code, out, errOut := runCLI(t, append(args, "--seed", "99")...)
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -118,7 +118,7 @@ func TestSeedAndOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rep.Seed != 99 || rep.Duration.D() != 30*time.Second || rep.Drain.D() != 10*time.Second ||
-		rep.Profile != "RabbitMQ43" || rep.Queues[0].Type != "quorum" {
+		rep.Profile != "RabbitMQ43" || rep.Queues[0].Type != "quorum" || rep.HoldType != "quorum" {
 		t.Errorf("overrides not applied: %+v", rep)
 	}
 	_, out2, _ := runCLI(t, append(args, "--seed", "100")...)
@@ -216,6 +216,7 @@ func TestBadInput(t *testing.T) {
 		{"bad profile flag", []string{"--profile", "RabbitMQ39"}, `--profile: unknown profile "RabbitMQ39": want RabbitMQ40 or RabbitMQ43`},
 		{"bad profile in file", []string{"run", badProfile}, `profile.yaml: profile: unknown profile "RabbitMQ39"`},
 		{"bad queue type", []string{"--queue-type", "stream"}, `--queue-type: unknown queue type "stream"`},
+		{"bad hold type", []string{"--hold-type", "stream"}, `--hold-type: unknown hold queue type "stream"`},
 		{"bad replay line", []string{"replay", badReplay}, `bad.jsonl:3: unknown field "outcome"`},
 		{"bad replay outcome", []string{"replay", badOutcome}, `outcome.jsonl:1: outcomes[1]: unknown outcome "maybe"`},
 		{"unknown flag", []string{"--nope"}, "unknown flag --nope"},

@@ -121,6 +121,9 @@ func (cfg *config) override(s sim.Scenario) sim.Scenario {
 	if cfg.profile != "" {
 		s.Profile = cfg.profile
 	}
+	if cfg.holdType != "" {
+		s.Topology.HoldType = cfg.holdType
+	}
 	if cfg.queueType != "" {
 		qs := append([]sim.Queue(nil), s.Queues...)
 		for i := range qs {

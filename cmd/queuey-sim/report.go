@@ -28,6 +28,7 @@ type report struct {
 	Profile             string         `json:"profile"`
 	Timing              sim.Timing     `json:"timing"`
 	DeferredGranularity sim.Duration   `json:"deferred_granularity"`
+	HoldType            string         `json:"hold_type"`
 	Queues              []queueInfo    `json:"queues"`
 	Budget              int            `json:"budget"`
 	Rows                []rowReport    `json:"rows"`
@@ -89,6 +90,7 @@ func newReport(p *plan, budget int, rows []row) *report {
 	rep := &report{
 		Scenario: b.Name, Source: p.source, Seed: p.seed, Duration: b.Duration, Drain: b.Drain,
 		Profile: b.Profile, Timing: b.Timing, DeferredGranularity: b.Topology.DeferredGranularity, Budget: budget,
+		HoldType: orDefault(b.Topology.HoldType, "classic"),
 	}
 	for _, q := range b.Queues {
 		rep.Queues = append(rep.Queues, queueInfo{Name: q.Name, Type: q.Type, Workers: q.Workers, Prefetch: q.Prefetch})
@@ -169,8 +171,8 @@ func writeReport(w io.Writer, format string, rep *report) error {
 func writeTable(w io.Writer, rep *report) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "queuey-sim: %s (%s)\n", rep.Scenario, rep.Source)
-	fmt.Fprintf(&b, "seed %d; %s of arrivals, then %s of drain (virtual time); profile %s; deferred granularity %s\n",
-		rep.Seed, fmtGranularity(rep.Duration.D()), fmtGranularity(rep.Drain.D()), rep.Profile, fmtGranularity(rep.DeferredGranularity.D()))
+	fmt.Fprintf(&b, "seed %d; %s of arrivals, then %s of drain (virtual time); profile %s; deferred granularity %s; %s hold queues\n",
+		rep.Seed, fmtGranularity(rep.Duration.D()), fmtGranularity(rep.Drain.D()), rep.Profile, fmtGranularity(rep.DeferredGranularity.D()), rep.HoldType)
 	if t := rep.Timing; t.Exact {
 		b.WriteString("broker timing: exact (publishes land at once, timers fire on time)\n")
 	} else {
