@@ -116,3 +116,62 @@ func TestLiveFaultMemoryAlarmOnASupervisedConnection(t *testing.T) {
 		t.Fatalf("a publish timing out during a memory alarm: %v; want queuey.ErrMaybeEnqueued and ErrPublishingBlocked", err)
 	}
 }
+
+// With the default Backoff, a process reconnects soon after the broker
+// comes back from a restart that kept it down long enough for the waits to
+// reach their cap: within Backoff.Max, plus the time a connection takes to
+// declare its queues again. It prints, for the README, how long after
+// start_app returned each run's backend was connected and consuming again.
+func TestLiveFaultDefaultBackoffRecovery(t *testing.T) {
+	url := os.Getenv("AMQP_URL")
+	if url == "" {
+		t.Skip("AMQP_URL not set: skipping a test that needs a live RabbitMQ (scripts/rabbitmq start)")
+	}
+	rabbitmqctl(t, "status") // skips without QUEUEY_RABBITMQCTL
+	const runs, down = 3, 12 * time.Second
+	var worst time.Duration
+	for i := range runs {
+		connected := make(chan time.Time, 8)
+		b, err := Connect(t.Context(), ConnectOptions{URLs: []string{url}, OnState: func(e ConnEvent) {
+			if e.State == StateConnected && e.Gen > 1 {
+				connected <- time.Now()
+			}
+		}}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := "queuey-backoff-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + string(rune('a'+i))
+		if err := b.Declare(t.Context(), queuey.QueueConfig{Name: q}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.Consume(t.Context(), q, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rabbitmqctl(t, "stop_app")
+		time.Sleep(down) // the dials fail meanwhile, their waits growing to the cap
+		rabbitmqctl(t, "start_app")
+		back := time.Now()
+		select {
+		case at := <-connected:
+			took := at.Sub(back)
+			worst = max(worst, took)
+			t.Logf("RESULT default backoff, run %d: connected and consuming again %s after start_app returned (down %s)",
+				i+1, took.Round(time.Millisecond), down)
+		case <-time.After(DefaultBackoffMax + 30*time.Second):
+			t.Fatalf("run %d: not connected again %s after the broker came back", i+1, DefaultBackoffMax+30*time.Second)
+		}
+		_ = c.Close()
+		_ = b.Close()
+		if conn, err := amqp.Dial(url); err == nil {
+			if ch, err := conn.Channel(); err == nil {
+				_, _ = ch.QueueDelete(q, false, false, false)
+				_, _ = ch.QueueDelete(Topology{}.DeadQueue(q), false, false, false)
+			}
+			_ = conn.Close()
+		}
+	}
+	if limit := DefaultBackoffMax + 5*time.Second; worst > limit {
+		t.Errorf("the slowest reconnection took %s, over Backoff.Max plus 5 s (%s)", worst, limit)
+	}
+}

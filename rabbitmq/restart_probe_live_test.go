@@ -80,13 +80,14 @@ type probeResult struct {
 	stopTook, startTook    time.Duration   // the fault's two halves
 	firstQueue             time.Duration   // from the fault's return to the work queue's first declaration that succeeded
 	lastArrival            time.Duration   // from the fault's return to the last message's arrival in the work queue
+	late                   int             // messages that arrived over 10 s after the longest hold could have expired
 }
 
 func (r probeResult) String() string {
 	slices.Sort(r.lost)
-	return fmt.Sprintf("confirmed %d, reached the work queue %d, still held %d, lost %d; stop took %s, start %s, work queue back %s after, last arrival %s after; lost messages' hold expiry from the fault: %s",
+	return fmt.Sprintf("confirmed %d, reached the work queue %d, still held %d, lost %d; stop took %s, start %s, work queue back %s after, last arrival %s after (%d over 10 s late); lost messages' hold expiry from the fault: %s",
 		r.confirmed, r.found, r.held, len(r.lost), r.stopTook.Round(time.Millisecond), r.startTook.Round(time.Millisecond),
-		r.firstQueue.Round(time.Millisecond), r.lastArrival.Round(time.Millisecond), spanOf(r.lost))
+		r.firstQueue.Round(time.Millisecond), r.lastArrival.Round(time.Millisecond), r.late, spanOf(r.lost))
 }
 
 // probeRestart runs the probe once: quorum picks the holds' type,
@@ -271,6 +272,9 @@ func probeRestart(t *testing.T, url string, quorum, quorumWork, kill bool) probe
 			if !seen[tag] {
 				seen[tag] = true
 				got++
+				if time.Since(returned) > probeTTL0+probeHolds*probeStep+10*time.Second {
+					res.late++
+				}
 			}
 		}
 		if got > 0 {
