@@ -63,6 +63,7 @@ func scenarioGen() *rapid.Generator[sim.Scenario] {
 			Topology: sim.Topology{
 				RetryGranularity:    rapid.SampledFrom(granularities).Draw(t, "retry_granularity"),
 				DeferredGranularity: rapid.SampledFrom(granularities).Draw(t, "deferred_granularity"),
+				HoldType:            rapid.SampledFrom([]string{"classic", "quorum"}).Draw(t, "hold_type"),
 			},
 		}
 		nq := rapid.IntRange(1, maxQueues).Draw(t, "queues")
@@ -200,7 +201,7 @@ func faultGen(t *rapid.T, s sim.Scenario, dur int) sim.Fault {
 	q := s.Queues[qi]
 	f := sim.Fault{
 		At: ticks(rapid.IntRange(0, dur+int(s.Drain.D()/tick)).Draw(t, "fault_at_ticks")),
-		Kind: rapid.SampledFrom([]string{sim.FaultCrash, sim.FaultDrop, sim.FaultRefuseHold, sim.FaultRestart, sim.FaultOutage}).
+		Kind: rapid.SampledFrom([]string{sim.FaultCrash, sim.FaultDrop, sim.FaultRefuseHold, sim.FaultRestart, sim.FaultKill, sim.FaultOutage}).
 			Draw(t, "fault_kind"),
 		Queue: q.Name,
 	}
@@ -211,7 +212,7 @@ func faultGen(t *rapid.T, s sim.Scenario, dur int) sim.Fault {
 	case sim.FaultRefuseHold:
 		f.TTL = ticks(rapid.IntRange(1, int(maxRetryAfter/tick)).Draw(t, "fault_ttl_ticks"))
 		f.For = durationTicks(t, "fault_for", time.Minute) // 0: the default, 1 min
-	case sim.FaultRestart:
+	case sim.FaultRestart, sim.FaultKill:
 		f.Restart = durationTicks(t, "fault_restart", 10*time.Second) // how long the broker is unreachable; 0: 1 s
 	case sim.FaultOutage:
 		f.For = durationTicks(t, "fault_for", 30*time.Second) // 0: the default, 1 min

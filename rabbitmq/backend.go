@@ -679,7 +679,7 @@ func (b *Backend) Publish(ctx context.Context, env queuey.Envelope, hold time.Du
 	if err := b.checkSize(len(body)); err != nil { // before declaring a hold queue for nothing
 		return fmt.Errorf("rabbitmq: hold job %q for queue %q: %w", env.ID, env.Queue, err)
 	}
-	holdQueue, err := b.declareHold(ctx, env.Queue, ttl)
+	holdQueue, err := b.declareHold(ctx, env.Queue, ttl, env.Priority)
 	if err != nil {
 		return err
 	}
@@ -708,8 +708,9 @@ const maxPooledBody = 64 << 10
 
 // holdKey names a hold queue: its work queue and TTL in milliseconds.
 type holdKey struct {
-	queue string
-	ttl   int64
+	queue    string
+	ttl      int64
+	priority uint8 // Topology.holdPriority's
 }
 
 // maxHoldDecls bounds Backend.holdArgs.
@@ -725,7 +726,7 @@ type holdDecl struct {
 // declareHold declares queue's hold queue for ttl milliseconds on the hold
 // channel, opening a fresh one if there is none or it closed, and returns
 // its name.
-func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (string, error) {
+func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64, priority uint8) (string, error) {
 	select {
 	case b.holdLock <- struct{}{}:
 	case <-ctx.Done():
@@ -735,13 +736,14 @@ func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (str
 	if err := b.checkOpen(); err != nil {
 		return "", err
 	}
-	decl, ok := b.holdArgs[holdKey{queue, ttl}]
+	key := holdKey{queue, ttl, b.top.holdPriority(priority)}
+	decl, ok := b.holdArgs[key]
 	if !ok {
 		if len(b.holdArgs) >= maxHoldDecls {
 			clear(b.holdArgs)
 		}
-		decl.name, decl.args = b.top.hold(queue, ttl)
-		b.holdArgs[holdKey{queue, ttl}] = decl
+		decl.name, decl.args = b.top.hold(queue, ttl, priority)
+		b.holdArgs[key] = decl
 	}
 	name, args := decl.name, decl.args
 	if b.hold == nil || b.hold.IsClosed() {

@@ -440,6 +440,31 @@ func TestHoldGranularityDependsOnKind(t *testing.T) {
 	}
 }
 
+// On RabbitMQ 4.0 a quorum queue expires only the message it would deliver
+// next, which its priorities pick: a retry at priority 0 sharing a hold
+// queue with a deferral at the top priority, held just after it for the
+// same TTL, would come back only when the deferral does. Each priority has
+// quorum hold queues of its own, so the retry comes back on time (found by
+// the properties with quorum holds: 38.7 ms late).
+func TestQuorumHoldOfAnotherPriorityIsNotWaitedFor(t *testing.T) {
+	for _, v := range []membroker.Version{membroker.RabbitMQ40, membroker.RabbitMQ43} {
+		t.Run(v.String(), func(t *testing.T) {
+			r := newBackendRig(t, v, Options{Topology: Topology{HoldType: queuey.Quorum}})
+			r.declare(queuey.QueueConfig{Name: "jobs"})
+			r.publish(testJob("jobs", "retry", 0), time.Second, queuey.HoldRetry)
+			r.clk.Add(500 * time.Millisecond)
+			r.publish(testJob("jobs", "deferral", 10), time.Second, queuey.HoldDeferred)
+			r.clk.Add(500 * time.Millisecond)
+			if got := r.ready("jobs"); got != 1 {
+				t.Fatalf("jobs has %d ready when the retry is due, want 1", got)
+			}
+			if id := testJobID(t, r.get("jobs").Body); id != "retry" {
+				t.Fatalf("released %s, want retry", id)
+			}
+		})
+	}
+}
+
 func TestShortHoldNeverStuckBehindLongHold(t *testing.T) {
 	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
 	r.declare(queuey.QueueConfig{Name: "jobs"})
@@ -459,18 +484,19 @@ func TestShortHoldNeverStuckBehindLongHold(t *testing.T) {
 }
 
 // With HoldType queuey.Quorum, holds wait in quorum queues named
-// q.deferred.quorum.TTL, declared with at-least-once dead-lettering and no
-// x-expires, and come back to the work queue after their TTL; on both
-// profiles, beside a classic-holds backend of another process that uses
-// its own hold queues for the same work queue.
+// q.deferred.quorum.TTL (q.deferred.quorum.pN.TTL for a job of priority
+// N > 0), declared with at-least-once dead-lettering and no x-expires, and
+// come back to the work queue after their TTL; on both profiles, beside a
+// classic-holds backend of another process that uses its own hold queues
+// for the same work queue.
 func TestQuorumHoldsWaitInQuorumQueues(t *testing.T) {
 	for _, v := range []membroker.Version{membroker.RabbitMQ40, membroker.RabbitMQ43} {
 		t.Run(v.String(), func(t *testing.T) {
 			r := newBackendRig(t, v, Options{Topology: Topology{HoldType: queuey.Quorum}})
 			r.declare(queuey.QueueConfig{Name: "jobs", Type: queuey.Quorum})
-			r.publish(testJob("jobs", "retry", 1), 2*time.Second, queuey.HoldRetry)
+			r.publish(testJob("jobs", "retry", 0), 2*time.Second, queuey.HoldRetry)
 			r.publish(testJob("jobs", "deferral", 1), time.Second, queuey.HoldDeferred)
-			for name, want := range map[string]int{"jobs.deferred.quorum.2000": 1, "jobs.deferred.quorum.1000": 1, "jobs.deferred.1000": -1} {
+			for name, want := range map[string]int{"jobs.deferred.quorum.2000": 1, "jobs.deferred.quorum.p1.1000": 1, "jobs.deferred.1000": -1} {
 				if got := r.ready(name); got != want {
 					t.Fatalf("%s has %d ready, want %d; queues %+v", name, got, want, r.broker.Queues())
 				}

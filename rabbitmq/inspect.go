@@ -195,6 +195,13 @@ func (in *Inspector) holdOf(queue string, l QueueListing) (HoldStats, bool) {
 	typ := "classic"
 	if r, ok := strings.CutPrefix(rest, "quorum."); ok {
 		rest, typ = r, "quorum"
+		if r, ok := strings.CutPrefix(rest, "p"); ok { // a priority's own (Topology.hold)
+			prio, ttl, ok := strings.Cut(r, ".")
+			if n, err := strconv.ParseUint(prio, 10, 8); !ok || err != nil || strconv.FormatUint(n, 10) != prio {
+				return HoldStats{}, false
+			}
+			rest = ttl
+		}
 	}
 	ttl, err := strconv.ParseInt(rest, 10, 64)
 	if err != nil || ttl <= 0 || strconv.FormatInt(ttl, 10) != rest {

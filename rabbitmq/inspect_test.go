@@ -616,3 +616,36 @@ func TestNewInspectorRefusesANegativeMaxMessageSize(t *testing.T) {
 		t.Fatalf("NewInspector with MaxMessageSize -1: %v", err)
 	}
 }
+
+// holdOf knows every name Topology.hold gives a hold queue, and nothing
+// else.
+func TestInspectorHoldOf(t *testing.T) {
+	in := &Inspector{top: Topology{}.WithDefaults()}
+	for _, c := range []struct {
+		name string
+		ttl  time.Duration
+		typ  string
+		ok   bool
+	}{
+		{"jobs.deferred.4000", 4 * time.Second, "classic", true},
+		{"jobs.deferred.quorum.4000", 4 * time.Second, "quorum", true},
+		{"jobs.deferred.quorum.p10.30000", 30 * time.Second, "quorum", true},
+		{"jobs.deferred.quorum.p.30000", 0, "", false},
+		{"jobs.deferred.quorum.p256.30000", 0, "", false},
+		{"jobs.deferred.quorum.p010.30000", 0, "", false},
+		{"jobs.deferred.p10.30000", 0, "", false},
+		{"jobs.deferred.x", 0, "", false},
+		{"other.deferred.4000", 0, "", false},
+	} {
+		h, ok := in.holdOf("jobs", QueueListing{Name: c.name, Ready: 1})
+		if ok != c.ok || (ok && (h.TTL != c.ttl || h.Type != c.typ || h.Messages != 1)) {
+			t.Errorf("holdOf(%q) = %+v, %t; want TTL %s, type %q, %t", c.name, h, ok, c.ttl, c.typ, c.ok)
+		}
+	}
+	for _, prio := range []uint8{0, 10} {
+		name, _ := Topology{HoldType: queuey.Quorum}.hold("jobs", 4000, prio)
+		if _, ok := in.holdOf("jobs", QueueListing{Name: name}); !ok {
+			t.Errorf("holdOf does not know %s, a quorum hold queue of priority %d", name, prio)
+		}
+	}
+}

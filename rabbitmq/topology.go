@@ -144,12 +144,36 @@ func (t Topology) deadQueueArgs() amqp.Table {
 }
 
 // hold is the name and the declaration arguments of queue's hold queue for
-// ttl milliseconds, of the topology's HoldType.
-func (t Topology) hold(queue string, ttl int64) (string, amqp.Table) {
+// ttl milliseconds and a job of the given priority, of the topology's
+// HoldType.
+//
+// A quorum queue orders its messages by priority, and RabbitMQ 4.0 to 4.2
+// expire only the message it would deliver next (docs/rabbitmq-semantics.md
+// §1.6 and §12.7): a retry at priority 0 held behind a deferral at the top
+// priority with the same TTL would wait for the deferral to expire first.
+// So each priority a job is held at has quorum hold queues of its own:
+// QuorumHoldQueue's name for priority 0, and for another, the same with
+// ".p" and the priority before the TTL (q.deferred.quorum.p10.30000). A
+// classic hold queue has no x-max-priority, so it keeps every job in
+// order of arrival, and so of expiry, whatever its priority.
+func (t Topology) hold(queue string, ttl int64, priority uint8) (string, amqp.Table) {
 	if t.HoldType == queuey.Quorum {
-		return t.QuorumHoldQueue(queue, ttl), quorumHoldQueueArgs(queue, ttl)
+		name := t.QuorumHoldQueue(queue, ttl)
+		if priority > 0 {
+			name = queue + t.WithDefaults().DeferredSuffix + ".quorum.p" + strconv.Itoa(int(priority)) + "." + strconv.FormatInt(ttl, 10)
+		}
+		return name, quorumHoldQueueArgs(queue, ttl)
 	}
 	return t.HoldQueue(queue, ttl), holdQueueArgs(queue, ttl)
+}
+
+// holdPriority is the priority that picks a hold queue for a job of the
+// given priority (see hold): itself for quorum holds, 0 for classic ones.
+func (t Topology) holdPriority(priority uint8) uint8 {
+	if t.HoldType == queuey.Quorum {
+		return priority
+	}
+	return 0
 }
 
 // RetryTTL rounds a retry delay up to a whole multiple of

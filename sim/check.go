@@ -156,7 +156,14 @@ func (r *runner) classifyName(name string) queueRole {
 	}
 	base, ok := name[:i], true
 	if r.top.HoldType == queuey.Quorum {
-		base, ok = strings.CutSuffix(base, ".quorum") // rabbitmq.Topology.QuorumHoldQueue
+		// q.deferred.quorum.TTL, or q.deferred.quorum.pN.TTL for a job of
+		// priority N (rabbitmq.Topology.HoldType).
+		if j := strings.LastIndexByte(base, '.'); j >= 0 && strings.HasPrefix(base[j+1:], "p") {
+			if _, err := strconv.ParseUint(base[j+2:], 10, 8); err == nil {
+				base = base[:j]
+			}
+		}
+		base, ok = strings.CutSuffix(base, ".quorum")
 		if !ok {
 			return queueRole{}
 		}

@@ -484,8 +484,8 @@ func holdBound(cfg queuey.QueueConfig, spec Queue, top rabbitmq.Topology) int {
 		}
 	}
 	deferG := max(top.DeferredGranularity, time.Millisecond)
-	if deferG%retryG == 0 && maxDefer <= cfg.Retry.Cap {
-		return n // every deferred TTL is a retry TTL too
+	if deferG%retryG == 0 && maxDefer <= cfg.Retry.Cap && top.HoldType != queuey.Quorum {
+		return n // every deferred TTL is a retry TTL too; quorum holds keep each priority apart
 	}
 	return n + ceil(maxDefer, deferG) + 1
 }
