@@ -64,6 +64,10 @@ type Topology struct {
 	// declaration of it blocks while that node is down, which stalls
 	// reconnection to the other nodes (seen on RabbitMQ 4.3.6).
 	//
+	// A quorum hold queue holds jobs of one priority: a job of priority
+	// N > 0 waits in QuorumHoldQueue's name with ".pN" before the TTL
+	// (docs/quorum-holds.md says why).
+	//
 	// The hold type is in the hold queue's name (QuorumHoldQueue), so
 	// processes that differ in HoldType use different hold queues and never
 	// refuse each other's declarations; each job is released into the same
