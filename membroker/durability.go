@@ -1,6 +1,9 @@
 package membroker
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // What reaches disk when, for Crash (a kill -9). RabbitMQ 4.0.5 and 4.3.6
 // confirm a persistent publish once it is written, so a kill keeps it; a
@@ -81,6 +84,25 @@ func lostInCrash(m *message) bool {
 	return m.src == nil || m.src.deleted || m.src.syncs != m.srcSyncs
 }
 
+// expiresIntoStopped reports whether classic queue q, stopping at stops[q],
+// would dead-letter m after the queue it dead-letters into had stopped:
+// m expires in [stops[target], stops[q]).
+func (b *Broker) expiresIntoStopped(q *queue, m *message, stops map[*queue]time.Time) bool {
+	if !m.hasExpiry || !q.cfg.hasDLX || q.cfg.dlx != "" {
+		return false
+	}
+	key := m.routingKey
+	if q.cfg.hasDLRK {
+		key = q.cfg.dlrk
+	}
+	target, ok := b.queues[key]
+	if !ok {
+		return false
+	}
+	targetStop, ok := stops[target]
+	return ok && !m.expiry.Before(targetStop) && m.expiry.Before(stops[q])
+}
+
 // Crash models a kill -9 of the broker's node and its start: Restart, except
 // that what had not reached disk is gone (see Timing.ClassicSync and
 // Timing.QuorumRegister). With neither set it is Restart.
@@ -103,6 +125,17 @@ func (b *Broker) restart(crash bool) {
 	for _, c := range slices.Clone(b.conns) {
 		c.teardown(forced)
 	}
+	var stops map[*queue]time.Time
+	if !crash && b.timing.StopSpan > 0 {
+		// Every classic queue is told to stop at once; each stops when it
+		// gets to it, in no order.
+		stops = map[*queue]time.Time{}
+		for _, name := range b.queueNames() {
+			if q := b.queues[name]; q.durable && !q.isQuorum() {
+				stops[q] = b.now.Add(b.timing.upTo(b.timing.StopSpan))
+			}
+		}
+	}
 	for _, name := range b.queueNames() {
 		q := b.queues[name]
 		if !q.durable {
@@ -118,6 +151,8 @@ func (b *Broker) restart(crash bool) {
 				case !m.persistent:
 				case crash && lostInCrash(m):
 					b.observe(Event{Kind: EventLost, Queue: q.name, MessageID: m.pub.MessageId, Priority: m.pub.Priority, Reason: "unwritten"})
+				case stops != nil && b.expiresIntoStopped(q, m, stops):
+					b.observe(Event{Kind: EventLost, Queue: q.name, MessageID: m.pub.MessageId, Priority: m.pub.Priority, Reason: "target stopped"})
 				default:
 					m.unsynced, m.src = false, nil
 					q.levels[m.level].pushBack(m)

@@ -105,7 +105,9 @@ var forced = serverError(amqp.ConnectionForced,
 // CONNECTION_FORCED, non-durable queues vanish, durable classic queues keep
 // only their persistent messages (delivery mode 2), quorum queues keep all
 // of theirs, and unacknowledged messages are back on their queues first.
-// x-expires periods start again.
+// x-expires periods start again. With Timing.StopSpan, a classic queue's
+// message that would expire into a queue already stopped is lost
+// (EventLost).
 func (b *Broker) Restart() {
 	b.lock()
 	defer b.unlock()

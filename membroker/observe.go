@@ -31,7 +31,9 @@ const (
 	// the broker crashed (Broker.Crash) is not there after it. Reason is
 	// "unwritten" (a classic queue had not written its arrival to disk) or
 	// "unregistered" (a quorum queue too young to be recorded on disk
-	// restarts empty).
+	// restarts empty). Broker.Restart reports one too, with Reason "target
+	// stopped", for a classic queue's message that would have expired into
+	// a queue already stopped (Timing.StopSpan).
 	EventLost
 )
 

@@ -64,6 +64,15 @@ type Timing struct {
 	// 4.0.5 and 4.3.6 write the table about 1 s after a lone creation, at
 	// most 3 s (docs/rabbitmq-semantics.md §13). Defaults to 0: at once.
 	QuorumRegister time.Duration
+	// StopSpan is how far apart a Restart stops the classic queues: each
+	// stops at a time drawn uniformly from [now, now + StopSpan]. A
+	// classic queue's dead letter sent after its target stopped is gone
+	// (RabbitMQ delivers it with no confirm), so Restart loses every
+	// message of a classic queue that would expire between its target's
+	// stop and its own. RabbitMQ stops every classic queue at once, in no
+	// order, after the connections (docs/rabbitmq-semantics.md §13.1).
+	// Defaults to 0: all at one instant, losing nothing.
+	StopSpan time.Duration
 	// Seed seeds the draws. Defaults to 0, a seed like any other.
 	Seed uint64
 }
@@ -81,12 +90,16 @@ func (t Timing) Validate() error {
 		return fmt.Errorf("membroker: Timing.ClassicSync %s is negative", t.ClassicSync)
 	case t.QuorumRegister < 0:
 		return fmt.Errorf("membroker: Timing.QuorumRegister %s is negative", t.QuorumRegister)
+	case t.StopSpan < 0:
+		return fmt.Errorf("membroker: Timing.StopSpan %s is negative", t.StopSpan)
 	}
 	return nil
 }
 
 // exact reports whether t draws nothing.
-func (t Timing) exact() bool { return t.Latency <= 0 && t.TimerSlack <= 0 && t.QuorumTick <= 0 }
+func (t Timing) exact() bool {
+	return t.Latency <= 0 && t.TimerSlack <= 0 && t.QuorumTick <= 0 && t.StopSpan <= 0
+}
 
 // timing is a broker's Timing with its generator.
 type timing struct {

@@ -29,33 +29,39 @@ func liveFaultWorkload(seed uint64, kind string) Scenario {
 	}
 }
 
-// TestKillLosesUnwrittenDeadLetters: a kill -9 while retries and deferrals
-// wait in classic hold queues loses the dead letters the work queue had not
-// yet written, as on a live broker (docs/rabbitmq-semantics.md §13), and a
-// restart loses none; with exact timing, which writes every arrival at
-// once, the kill loses nothing either.
-func TestKillLosesUnwrittenDeadLetters(t *testing.T) {
+// TestRestartAndKillLoseWhatLiveLoses: with classic holds, a kill -9
+// loses the dead letters the work queue had not yet written, and a
+// restart the holds that expire into a work queue already stopped, as on a
+// live broker (docs/rabbitmq-semantics.md §13); with exact timing, which
+// writes every arrival at once and stops every queue at one instant,
+// neither loses anything. Live, the same workload lost jobs in 3 of 15
+// kills and 2 of 20 restarts.
+func TestRestartAndKillLoseWhatLiveLoses(t *testing.T) {
 	lost := map[string]int{}
 	for seed := range uint64(10) {
-		for _, kind := range []string{FaultKill, FaultRestart, "exact " + FaultKill} {
-			s := liveFaultWorkload(seed+1, kind)
-			if kind == "exact "+FaultKill {
-				s.Timing.Exact, s.Faults[0].Kind = true, FaultKill
-			}
-			res, _ := run(t, s, Options{})
-			lost[kind] += res.Jobs.Lost
-			requireNoViolations(t, res)
-			if res.Jobs.InFlight != 0 {
-				t.Errorf("seed %d, %s: %d jobs in flight at the end", seed+1, kind, res.Jobs.InFlight)
+		for _, kind := range []string{FaultKill, FaultRestart} {
+			for _, exact := range []bool{false, true} {
+				s := liveFaultWorkload(seed+1, kind)
+				s.Timing.Exact = exact
+				res, _ := run(t, s, Options{})
+				requireNoViolations(t, res)
+				if res.Jobs.InFlight != 0 {
+					t.Errorf("seed %d, %s: %d jobs in flight at the end", seed+1, kind, res.Jobs.InFlight)
+				}
+				key := kind
+				if exact {
+					key = "exact " + kind
+				}
+				lost[key] += res.Jobs.Lost
 			}
 		}
 	}
 	t.Logf("lost in 10 runs: %v", lost)
-	if lost[FaultKill] == 0 {
-		t.Error("ten kills lost no job: the model writes every dead letter at once, which RabbitMQ does not")
+	if lost[FaultKill] == 0 || lost[FaultRestart] == 0 {
+		t.Error("ten kills or ten restarts lost no job: the model is exact where RabbitMQ is not")
 	}
-	if lost[FaultRestart] != 0 || lost["exact "+FaultKill] != 0 {
-		t.Errorf("a restart, or a kill with exact timing, lost jobs: %v", lost)
+	if lost["exact "+FaultKill] != 0 || lost["exact "+FaultRestart] != 0 {
+		t.Errorf("exact timing lost jobs: %v", lost)
 	}
 }
 
