@@ -34,7 +34,7 @@ func liveFaultWorkload(seed uint64, kind string) Scenario {
 // restart the holds that expire into a work queue already stopped, as on a
 // live broker (docs/rabbitmq-semantics.md §13); with exact timing, which
 // writes every arrival at once and stops every queue at one instant,
-// neither loses anything. Live, the same workload lost jobs in 3 of 15
+// neither loses anything. Live, the same workload lost jobs in 4 of 20
 // kills and 2 of 20 restarts.
 func TestRestartAndKillLoseWhatLiveLoses(t *testing.T) {
 	lost := map[string]int{}
