@@ -294,8 +294,18 @@ func (r *runner) lose(name string, n int) {
 // crashLost ends, as lost, the job whose copy the broker's crash lost
 // from a queue of ours, if that was its last copy.
 func (r *runner) crashLost(qr queueRole, ev membroker.Event) {
+	if qr.role == roleDead {
+		return
+	}
+	if n, err := strconv.ParseUint(strings.TrimPrefix(ev.MessageID, "m"), 10, 64); err == nil && strings.HasPrefix(ev.MessageID, "m") && qr.q != nil {
+		if _, ok := qr.q.malformed[n]; ok { // a malformed body (arrive): no job to end
+			delete(qr.q.malformed, n)
+			r.emit(Event{Kind: EvLost, Job: n, Queue: ev.Queue, Worker: -1, Detail: "malformed body, " + ev.Reason})
+			return
+		}
+	}
 	j := r.job(jobNumber(ev.MessageID))
-	if j == nil || qr.role == roleDead {
+	if j == nil {
 		return
 	}
 	if qr.role == roleHold {
