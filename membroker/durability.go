@@ -41,10 +41,13 @@ func (b *Broker) touch(q *queue) {
 }
 
 // sync writes classic queue q's unwritten arrivals to disk, and with them
-// its removals so far.
+// its removals so far. A message that has moved on since (dead-lettered
+// into another classic queue) is that queue's to write.
 func (b *Broker) sync(q *queue) {
 	for _, m := range q.unsynced {
-		m.unsynced = false
+		if m.in == q {
+			m.unsynced, m.in = false, nil
+		}
 	}
 	clear(q.unsynced)
 	q.unsynced = q.unsynced[:0]
@@ -60,10 +63,11 @@ func (b *Broker) landed(q *queue, m *message, confirmed bool, src *queue) {
 	}
 	b.touch(q)
 	if confirmed {
+		m.unsynced, m.in = false, nil
 		b.sync(q)
 		return
 	}
-	m.unsynced, m.src = true, nil
+	m.unsynced, m.in, m.src = true, q, nil
 	if src != nil && !src.isQuorum() {
 		m.src, m.srcSyncs = src, src.syncs
 	}
@@ -154,7 +158,7 @@ func (b *Broker) restart(crash bool) {
 				case stops != nil && b.expiresIntoStopped(q, m, stops):
 					b.observe(Event{Kind: EventLost, Queue: q.name, MessageID: m.pub.MessageId, Priority: m.pub.Priority, Reason: "target stopped"})
 				default:
-					m.unsynced, m.src = false, nil
+					m.unsynced, m.in, m.src = false, nil, nil
 					q.levels[m.level].pushBack(m)
 					q.ready++
 				}

@@ -201,3 +201,39 @@ func TestRestartLosesWhatExpiresIntoAStoppedTarget(t *testing.T) {
 		t.Fatalf("exact timing: work has %q after the restart, want [a]", got)
 	}
 }
+
+// A message that moved on to another classic queue is that queue's to
+// write: the first queue's write does not cover it there.
+func TestCrashLosesAMessageMovedOnBeforeItsNewQueueWrote(t *testing.T) {
+	e := newEnvWith(t, Config{Version: RabbitMQ40, Timing: crashTiming})
+	e.declare("dead", nil)
+	e.declare("work", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
+	e.publish("work", "a", persistent) // no confirm mode: not written
+	d, ok := e.get("work")
+	if !ok {
+		t.Fatal("work is empty")
+	}
+	if err := d.Reject(false); err != nil { // into dead, not written there either
+		t.Fatal(err)
+	}
+	confirming := e.conn
+	ch, err := confirming.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	ch.NotifyPublish(make(chan amqp.Confirmation, 4))
+	if err := ch.Publish("", "work", false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	// work has written b and its removal of a; dead has not written a.
+	e.crashAndRedial(false)
+	if got := e.drain("dead"); len(got) != 0 {
+		t.Fatalf("dead after the crash: %q, want nothing", got)
+	}
+	if got := e.drain("work"); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("work after the crash: %q, want [b]", got)
+	}
+}

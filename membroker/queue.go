@@ -34,6 +34,7 @@ type message struct {
 	// dead-lettered it and srcSyncs that queue's syncs at the time, so that
 	// a Crash can tell whether its removal from src is on disk either.
 	unsynced bool
+	in       *queue // the queue whose unsynced list holds it, while unsynced
 	src      *queue
 	srcSyncs uint64
 	// The delivery_count annotation a message carries out of a queue that
