@@ -67,9 +67,15 @@ func (b *Broker) landed(q *queue, m *message, confirmed bool, src *queue) {
 		b.sync(q)
 		return
 	}
-	m.unsynced, m.in, m.src = true, q, nil
-	if src != nil && !src.isQuorum() {
-		m.src, m.srcSyncs = src, src.syncs
+	if m.unsynced && m.in == src && src != nil {
+		// src never wrote it either: whether it survives is still up to
+		// where it came from before (or nothing, if nothing wrote it).
+		m.in = q
+	} else {
+		m.unsynced, m.in, m.src = true, q, nil
+		if src != nil && !src.isQuorum() {
+			m.src, m.srcSyncs = src, src.syncs
+		}
 	}
 	q.unsynced = append(q.unsynced, m)
 	if len(q.unsynced) >= syncBatch {
@@ -80,12 +86,13 @@ func (b *Broker) landed(q *queue, m *message, confirmed bool, src *queue) {
 // lostInCrash reports whether a Crash now loses classic message m: its
 // arrival is not on disk, and the removal from the queue that dead-lettered
 // it is (else that queue releases it again at boot, which the model
-// shortens to keeping it).
+// shortens to keeping it). A queue that is not durable writes nothing and
+// is gone after the crash, so it releases nothing again.
 func lostInCrash(m *message) bool {
 	if !m.unsynced {
 		return false
 	}
-	return m.src == nil || m.src.deleted || m.src.syncs != m.srcSyncs
+	return m.src == nil || !m.src.durable || m.src.deleted || m.src.syncs != m.srcSyncs
 }
 
 // expiresIntoStopped reports whether classic queue q, stopping at stops[q],
@@ -168,11 +175,13 @@ func (b *Broker) restart(crash bool) {
 			clear(q.unsynced)
 			q.unsynced, q.touched = q.unsynced[:0], b.now
 		case crash && b.now.Sub(q.created) < b.timing.QuorumRegister:
-			// Never registered: its member starts as a new one, empty.
+			// Never registered: its member starts as a new one, empty, and
+			// registers anew.
 			for _, m := range q.readyMessages() {
 				b.observe(Event{Kind: EventLost, Queue: q.name, MessageID: m.pub.MessageId, Priority: m.pub.Priority, Reason: "unregistered"})
 			}
 			q.purge()
+			q.created = b.now
 		}
 		b.renewLease(q)
 		b.run(q)

@@ -237,3 +237,39 @@ func TestCrashLosesAMessageMovedOnBeforeItsNewQueueWrote(t *testing.T) {
 		t.Fatalf("work after the crash: %q, want [b]", got)
 	}
 }
+
+// A message no queue has written, dead-lettered on into another, is still
+// unwritten: a crash loses it, whatever the queue it left has written.
+func TestCrashLosesAChainOfUnwrittenDeadLetters(t *testing.T) {
+	e := newEnvWith(t, Config{Version: RabbitMQ40, Timing: crashTiming})
+	e.declare("dead", nil)
+	e.declare("work", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
+	e.publish("work", "a", persistent) // no confirm mode: not written
+	d, ok := e.get("work")
+	if !ok {
+		t.Fatal("work is empty")
+	}
+	if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	e.crashAndRedial(false)
+	if got := e.drain("dead"); len(got) != 0 {
+		t.Fatalf("dead after the crash: %q, want nothing: no queue ever wrote it", got)
+	}
+}
+
+// A quorum queue restarted empty for want of registration registers anew:
+// a second kill as soon after empties it again.
+func TestCrashEmptiesARestartedYoungQuorumQueueAgain(t *testing.T) {
+	e := newEnvWith(t, Config{Version: RabbitMQ43, Timing: crashTiming})
+	e.redial(true)
+	e.declare("q", amqp.Table{"x-queue-type": "quorum"})
+	e.advance(2500 * time.Millisecond)
+	e.crashAndRedial(true)
+	e.advance(time.Second) // 3.5 s after the declaration, 1 s after the restart
+	e.publish("q", "a", persistent)
+	e.crashAndRedial(false)
+	if got := e.info("q").Ready; got != 0 {
+		t.Fatalf("a quorum queue killed within QuorumRegister of its restart as a new member has %d messages, want 0", got)
+	}
+}

@@ -78,10 +78,14 @@ const DefaultDialTimeout = 30 * time.Second
 // DialAMQP is the Dialer of amqp091 with cfg (its zero value is amqp091's
 // defaults: a heartbeat every 10 s, locale en_US). Unless cfg.Dial is set,
 // the TCP connection honours ctx and the connection and handshake are
-// bounded by DefaultDialTimeout.
+// bounded by DefaultDialTimeout. cfg.Recovery is ignored: the backend
+// reconnects on its own, and amqp091's recovery would reopen its channels
+// behind its back (a publisher that saw a write fail would then take a
+// later write on the fresh connection for one that never left).
 func DialAMQP(cfg amqp.Config) Dialer {
 	return func(ctx context.Context, url string) (Conn, error) {
 		c := cfg
+		c.Recovery = nil
 		if c.Dial == nil {
 			c.Dial = func(network, addr string) (net.Conn, error) {
 				d := net.Dialer{Timeout: DefaultDialTimeout}

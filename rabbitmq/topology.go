@@ -294,8 +294,9 @@ func WorkQueueArgs(quorum bool, maxPriority uint8, deadQueue string) amqp.Table 
 // CheckQueueName refuses a queue name this topology cannot serve, before
 // anything reaches the client library: an empty name, the reserved "amq."
 // prefix, invalid UTF-8, or a name whose longest hold queue
-// (q + DeferredSuffix + ".2147483647") or dead-letter queue would exceed
-// 255 bytes. amqp091 would send an over-long name's truncation or break the
+// (q + DeferredSuffix + ".2147483647"; with quorum holds,
+// q + DeferredSuffix + ".quorum.p255.2147483647") or dead-letter queue
+// would exceed 255 bytes. amqp091 would send an over-long name's truncation or break the
 // whole connection; this error names the queue instead.
 func (t Topology) CheckQueueName(queue string) error {
 	t = t.WithDefaults()
@@ -307,7 +308,7 @@ func (t Topology) CheckQueueName(queue string) error {
 	case !utf8.ValidString(queue):
 		return fmt.Errorf("rabbitmq: queue %q: name is not valid UTF-8", queue)
 	}
-	if hold := t.HoldQueue(queue, MaxHoldTTL); len(hold) > maxNameLen {
+	if hold, _ := t.hold(queue, MaxHoldTTL, 255); len(hold) > maxNameLen {
 		return fmt.Errorf("rabbitmq: queue %q: name too long: its longest hold queue name would be %d bytes, over the %d AMQP allows",
 			queue, len(hold), maxNameLen)
 	}

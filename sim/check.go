@@ -308,7 +308,7 @@ func (r *runner) crashLost(qr queueRole, ev membroker.Event) {
 	if j == nil {
 		return
 	}
-	if qr.role == roleHold {
+	if qr.role == roleHold || qr.role == roleWait {
 		for k, h := range j.holds {
 			if h.queue == ev.Queue {
 				j.holds = append(j.holds[:k], j.holds[k+1:]...)
