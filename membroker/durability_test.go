@@ -202,9 +202,10 @@ func TestRestartLosesWhatExpiresIntoAStoppedTarget(t *testing.T) {
 	}
 }
 
-// A message that moved on to another classic queue is that queue's to
-// write: the first queue's write does not cover it there.
-func TestCrashLosesAMessageMovedOnBeforeItsNewQueueWrote(t *testing.T) {
+// rejectedIntoDead publishes "a" to "work" with no confirm, so unwritten,
+// and rejects it into "dead", where it is not written either.
+func rejectedIntoDead(t *testing.T) *env {
+	t.Helper()
 	e := newEnvWith(t, Config{Version: RabbitMQ40, Timing: crashTiming})
 	e.declare("dead", nil)
 	e.declare("work", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
@@ -216,6 +217,13 @@ func TestCrashLosesAMessageMovedOnBeforeItsNewQueueWrote(t *testing.T) {
 	if err := d.Reject(false); err != nil { // into dead, not written there either
 		t.Fatal(err)
 	}
+	return e
+}
+
+// A message that moved on to another classic queue is that queue's to
+// write: the first queue's write does not cover it there.
+func TestCrashLosesAMessageMovedOnBeforeItsNewQueueWrote(t *testing.T) {
+	e := rejectedIntoDead(t)
 	confirming := e.conn
 	ch, err := confirming.Channel()
 	if err != nil {
@@ -241,17 +249,7 @@ func TestCrashLosesAMessageMovedOnBeforeItsNewQueueWrote(t *testing.T) {
 // A message no queue has written, dead-lettered on into another, is still
 // unwritten: a crash loses it, whatever the queue it left has written.
 func TestCrashLosesAChainOfUnwrittenDeadLetters(t *testing.T) {
-	e := newEnvWith(t, Config{Version: RabbitMQ40, Timing: crashTiming})
-	e.declare("dead", nil)
-	e.declare("work", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
-	e.publish("work", "a", persistent) // no confirm mode: not written
-	d, ok := e.get("work")
-	if !ok {
-		t.Fatal("work is empty")
-	}
-	if err := d.Reject(false); err != nil {
-		t.Fatal(err)
-	}
+	e := rejectedIntoDead(t)
 	e.crashAndRedial(false)
 	if got := e.drain("dead"); len(got) != 0 {
 		t.Fatalf("dead after the crash: %q, want nothing: no queue ever wrote it", got)
