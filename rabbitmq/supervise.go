@@ -124,7 +124,8 @@ type Backoff struct {
 // The defaults of Backoff. Max bounds how long after a broker's return a
 // process waits to dial it again, since every wait is drawn below it; at
 // 30 s, live RabbitMQ 4.3.6 saw one process come back 18.5 s after a
-// restart that had kept it down 12 s (TestLiveFaultDefaultBackoffRecovery).
+// restart that had kept it down 12 s (TestLiveFaultDefaultBackoffRecovery);
+// at 5 s, 21 runs on 4.0.5 and 4.3.6 came back within 3.4 s.
 // During a long outage each process then dials on average every Max/2:
 // a hundred processes, 40 dials a second, which a broker shrugs off.
 const (
