@@ -174,7 +174,7 @@ type queue struct {
 	// What a kill -9 would lose (Timing.ClassicSync, Timing.QuorumRegister;
 	// durability.go). Tracked only while the model has a ClassicSync.
 	created  time.Time  // the declaration that created it
-	unsynced []*message // classic: messages whose arrival is not yet on disk
+	unsynced []*message // classic: messages whose arrival is not yet on disk; also ones gone since (acknowledged, even recycled), which sync skips by their in
 	touched  time.Time  // classic: its last arrival, delivery or settlement
 	syncs    uint64     // classic: how many times it has written to disk
 }
