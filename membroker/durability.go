@@ -182,6 +182,10 @@ func (b *Broker) restart(crash bool) {
 			}
 			q.purge()
 			q.created = b.now
+		case !crash:
+			// A clean stop writes out Ra's table of members
+			// (ra_directory:deinit/1): every quorum queue is registered.
+			q.created = time.Time{}
 		}
 		b.renewLease(q)
 		b.run(q)

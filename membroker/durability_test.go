@@ -271,3 +271,20 @@ func TestCrashEmptiesARestartedYoungQuorumQueueAgain(t *testing.T) {
 		t.Fatalf("a quorum queue killed within QuorumRegister of its restart as a new member has %d messages, want 0", got)
 	}
 }
+
+// A clean restart writes out Ra's table of members (ra_directory:deinit/1,
+// docs/rabbitmq-semantics.md §13.4): a quorum queue that went through one
+// is registered, and a crash right after it keeps its messages, however
+// young the queue.
+func TestRestartRegistersAYoungQuorumQueue(t *testing.T) {
+	e := newEnvWith(t, Config{Version: RabbitMQ43, Timing: crashTiming})
+	e.redial(true)
+	e.declare("q", amqp.Table{"x-queue-type": "quorum"})
+	e.b.Restart()
+	e.redial(true)
+	e.publish("q", "a", persistent)
+	e.crashAndRedial(false)
+	if got := e.info("q").Ready; got != 1 {
+		t.Fatalf("a quorum queue crashed just after a clean restart has %d messages, want 1", got)
+	}
+}

@@ -27,8 +27,10 @@ import (
 // its connection) and restarting it, dropping a worker's connection while
 // its handlers run on (their late settlements must fail), restarting the
 // broker, squatting a hold queue's name (holds into it must be refused
-// and leave the job where it was) and auditing the dead-letter queue. The
-// queue is classic or quorum, on either broker profile, with any
+// and leave the job where it was) and auditing the dead-letter queue. It
+// runs classic holds (rabbitmq.Topology.ClassicHolds), one hold queue per
+// TTL; the default ladder is checked through sim.Run by
+// TestScenarioProperties. The queue is classic or quorum, on either broker profile, with any
 // granularities and retry policy, 1–3 workers at prefetch 1–5.
 //
 // After every action, and at every report the broker makes, it checks

@@ -85,6 +85,9 @@ func scenarioGen() *rapid.Generator[sim.Scenario] {
 				TimerSlack: sim.Duration(rapid.Int64Range(1, int64(5*time.Millisecond)).Draw(t, "timer_slack_ns")),
 			}
 		}
+		// A fresh broker, where the workers create the ladder, or one an
+		// earlier deployment left (drawn last, as timing is).
+		s.Topology.Fresh = rapid.Bool().Draw(t, "fresh")
 		return s
 	})
 }

@@ -189,8 +189,13 @@ type machine struct {
 func newMachine(t rapid.TB, cfg machineConfig) *machine {
 	t.Helper()
 	m := &machine{
-		cfg:   cfg,
-		top:   rabbitmq.Topology{RetryGranularity: cfg.RetryG, DeferredGranularity: cfg.DeferredG}.WithDefaults(),
+		cfg: cfg,
+		// Classic holds: the model follows one hold queue per TTL. The
+		// default ladder's hops are a client's (the relay), which this
+		// model does not drive; TestScenarioProperties checks the ladder
+		// through sim.Run.
+		top: rabbitmq.Topology{RetryGranularity: cfg.RetryG, DeferredGranularity: cfg.DeferredG,
+			ClassicHolds: true}.WithDefaults(),
 		clk:   sim.NewClock(sim.Start),
 		byTag: map[string]*worker{},
 		jobs:  map[string]*job{},

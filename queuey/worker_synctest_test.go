@@ -15,7 +15,6 @@ import (
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 type tick struct{}
@@ -42,7 +41,8 @@ func newBubble(t *testing.T, cfg queuey.WorkerConfig, handler func(ctx context.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{})
+	// No warm-up for the hold ladder: the bubble's membroker is never killed.
+	backend, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: rabbitmq.Topology{HoldWarmup: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,13 +155,14 @@ func TestRunRequeueDelayBoundsRetriesOfAFailingSettlement(t *testing.T) {
 			runs = append(runs, time.Now())
 			return queuey.Defer(time.Second, "later")
 		})
-		// Someone else holds jobs.deferred.1000 with other arguments:
-		// every deferral's successor is refused.
+		// An operator deleted the ladder's 1 s rung: every deferral's
+		// successor is returned.
 		admin, err := b.conn.Channel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admin.QueueDeclare("jobs.deferred.1000", true, false, false, false, amqp.Table{"x-message-ttl": int64(5)}); err != nil {
+		// The retry's rung is gone: the broker returns the retry.
+		if _, err := admin.QueueDelete("jobs.deferred.ladder.1000", false, false, false); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(t.Context())

@@ -159,9 +159,18 @@ type Backend struct {
 	blocked   atomic.Pointer[string]
 	stopWatch chan struct{}
 
-	mu        sync.Mutex
-	closed    bool
-	declared  map[string]queuey.QueueConfig // WithDefaults applied
+	// now and sleep are the backend's clock, for the hold warm-up: the
+	// real one, or the simulator's (internal/backendclock).
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+
+	mu       sync.Mutex
+	closed   bool
+	declared map[string]queuey.QueueConfig // WithDefaults applied
+	// ripe is when each declared work queue's ladder is old enough to hold
+	// jobs: HoldWarmup after this process first declared it.
+	ripe      map[string]time.Time
+	warm      map[string]bool // the ladder's warm marker is known to exist
 	consumers map[*consumer]struct{}
 
 	closeOnce sync.Once
@@ -233,7 +242,11 @@ func newBackend(open func() (Channel, error), opts Options, sup *supervisor) (*B
 		holdLock:    make(chan struct{}, 1),
 		holdArgs:    make(map[holdKey]holdDecl),
 		declared:    make(map[string]queuey.QueueConfig),
+		ripe:        make(map[string]time.Time),
+		warm:        make(map[string]bool),
 		consumers:   make(map[*consumer]struct{}),
+		now:         time.Now,
+		sleep:       sleepCtx,
 		stopWatch:   make(chan struct{}),
 	}
 	go b.supervise(pub)
@@ -520,9 +533,89 @@ func (b *Backend) Declare(ctx context.Context, queues ...queuey.QueueConfig) err
 		}
 		b.mu.Lock()
 		b.declared[q.Name] = q
+		_, known := b.ripe[q.Name]
 		b.mu.Unlock()
+		if !known && !b.top.ClassicHolds {
+			b.startWarmup(ctx, q.Name)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// sleepCtx waits for d or ctx's end.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startWarmup sets when queue's ladder, just declared by this process for
+// the first time, is old enough to hold jobs: now, if its warm marker
+// exists (some process saw the ladder HoldWarmup old before), or after
+// HoldWarmup.
+func (b *Backend) startWarmup(ctx context.Context, queue string) {
+	ripe, warm := b.now().Add(max(b.top.HoldWarmup, 0)), false
+	if b.top.HoldWarmup > 0 {
+		if ch, err := b.openChannel(ctx, "looking for the warm marker of queue "+strconv.Quote(queue)); err == nil {
+			// A missing queue closes the channel (404): it is throwaway.
+			if _, err := ch.QueueDeclarePassive(b.top.WarmQueue(queue), true, false, false, false, nil); err == nil {
+				ripe, warm = b.now(), true
+			}
+			_ = ch.Close()
+		}
+	}
+	b.mu.Lock()
+	if _, ok := b.ripe[queue]; !ok {
+		b.ripe[queue], b.warm[queue] = ripe, warm
+	}
+	b.mu.Unlock()
+}
+
+// youngQuorum reports whether queue is a quorum work queue this process
+// declared, with the ladder, and may still be in its warm-up: a quorum
+// queue forgets what it holds on a kill -9 as young as a rung does.
+func (b *Backend) youngQuorum(queue string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cfg, ok := b.declared[queue]
+	return ok && cfg.Type == queuey.Quorum && !b.warm[queue] && !b.top.ClassicHolds
+}
+
+// awaitRipe waits until queue's ladder is HoldWarmup old
+// (Topology.HoldWarmup); then, the first time, it declares the ladder's
+// warm marker, so that later processes need not wait.
+func (b *Backend) awaitRipe(ctx context.Context, queue string) error {
+	b.mu.Lock()
+	ripe, warm := b.ripe[queue], b.warm[queue]
+	b.mu.Unlock()
+	if wait := ripe.Sub(b.now()); wait > 0 {
+		if err := b.sleep(ctx, wait); err != nil {
+			return fmt.Errorf("rabbitmq: hold for queue %q: waiting %s for its hold ladder to be old enough to survive a crash: %w", queue, wait, err)
+		}
+	}
+	if warm || b.top.HoldWarmup <= 0 {
+		return nil
+	}
+	marker := b.top.WarmQueue(queue)
+	ch, err := b.openChannel(ctx, "declaring the warm marker of queue "+strconv.Quote(queue))
+	if err == nil {
+		_, err = ch.QueueDeclare(marker, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		_ = ch.Close()
+	}
+	if err != nil {
+		// The hold goes on; the next one tries again.
+		b.logger.Warn("rabbitmq: declaring the hold ladder's warm marker failed", "queue", queue, "hold_queue", marker, "error", err)
+		return nil
+	}
+	b.mu.Lock()
+	b.warm[queue] = true
+	b.mu.Unlock()
+	return nil
 }
 
 // declare declares one queue and its dead-letter queue on a throwaway
@@ -549,24 +642,48 @@ func (b *Backend) declareOn(open func() (Channel, error), q queuey.QueueConfig) 
 		return true, fmt.Errorf("rabbitmq: declare queue %q (%s): %w", q.Name, q.Type, err)
 	}
 	b.logger.Debug("rabbitmq: declared queue", "queue", q.Name, "type", q.Type.String(), "max_priority", int(*q.MaxPriority))
+	if !b.top.ClassicHolds {
+		if refused, err := b.declareLadder(ch, q.Name); err != nil {
+			return refused, err
+		}
+	}
 	if b.skipDead {
 		return false, nil
 	}
 	if _, err := ch.QueueDeclare(dead, true, false, false, false, b.top.deadQueueArgs()); err != nil {
 		if otherType(err) {
-			// Declared with the other HoldType by another process (or
+			// Declared with the other hold queues by another process (or
 			// before a switch): use it as it is. The refusal closed the
 			// channel, so look on a fresh one.
 			kept := b.keepDeadQueue(open, q.Name, dead, err)
 			if kept == nil {
 				return false, nil
 			}
-			err = errors.Join(err, fmt.Errorf("declaring it as the other HoldType would: %w", kept))
+			err = errors.Join(err, fmt.Errorf("declaring it as the other hold queues would: %w", kept))
 		}
 		b.logger.Warn("rabbitmq: dead-letter queue declaration refused", "queue", q.Name, "dead_queue", dead, "error", err)
 		return true, fmt.Errorf("rabbitmq: declare dead-letter queue %q of queue %q: %w", dead, q.Name, err)
 	}
 	b.logger.Debug("rabbitmq: declared dead-letter queue", "queue", q.Name, "dead_queue", dead)
+	return false, nil
+}
+
+// declareLadder declares queue's relay queue and ladder rungs on ch, the
+// relay queue first: a rung dead-letters into it.
+func (b *Backend) declareLadder(ch Channel, queue string) (refused bool, err error) {
+	relay := b.top.RelayQueue(queue)
+	if _, err := ch.QueueDeclare(relay, true, false, false, false, relayQueueArgs()); err != nil {
+		b.logger.Warn("rabbitmq: relay queue declaration refused", "queue", queue, "hold_queue", relay, "error", err)
+		return true, fmt.Errorf("rabbitmq: declare relay queue %q of queue %q: %w", relay, queue, err)
+	}
+	for _, ttl := range b.top.Rungs() {
+		name := b.top.LadderQueue(queue, ttl)
+		if _, err := ch.QueueDeclare(name, true, false, false, false, ladderQueueArgs(queue, ttl, b.top)); err != nil {
+			b.logger.Warn("rabbitmq: ladder queue declaration refused", "queue", queue, "hold_queue", name, "ttl_ms", ttl, "error", err)
+			return true, fmt.Errorf("rabbitmq: declare ladder queue %q of queue %q: %w", name, queue, err)
+		}
+	}
+	b.logger.Debug("rabbitmq: declared hold ladder", "queue", queue, "hold_queue", relay)
 	return false, nil
 }
 
@@ -588,15 +705,12 @@ func (b *Backend) keepDeadQueue(open func() (Channel, error), queue, dead string
 	}
 	defer func() { _ = ch.Close() }()
 	other := b.top
-	other.HoldType = queuey.Classic
-	if b.top.HoldType == queuey.Classic {
-		other.HoldType = queuey.Quorum
-	}
+	other.ClassicHolds = !b.top.ClassicHolds
 	if _, err := ch.QueueDeclare(dead, true, false, false, false, other.deadQueueArgs()); err != nil {
 		return err
 	}
-	b.logger.Warn("rabbitmq: the dead-letter queue exists with another queue type than this process's HoldType gives it; using it as it is",
-		"queue", queue, "dead_queue", dead, "hold_type", b.top.HoldType.String(), "refusal", refusal.Error())
+	b.logger.Warn("rabbitmq: the dead-letter queue exists with another queue type than this process's hold queues give it; using it as it is",
+		"queue", queue, "dead_queue", dead, "classic_holds", b.top.ClassicHolds, "refusal", refusal.Error())
 	return nil
 }
 
@@ -664,6 +778,11 @@ func (b *Backend) Publish(ctx context.Context, env queuey.Envelope, hold time.Du
 		if err := checkShortName(env.Queue); err != nil {
 			return err
 		}
+		if b.youngQuorum(env.Queue) {
+			if err := b.awaitRipe(ctx, env.Queue); err != nil {
+				return err
+			}
+		}
 		return b.publish(ctx, env.Queue, msg)
 	}
 	if !b.isDeclared(env.Queue) {
@@ -679,7 +798,14 @@ func (b *Backend) Publish(ctx context.Context, env queuey.Envelope, hold time.Du
 	if err := b.checkSize(len(body)); err != nil { // before declaring a hold queue for nothing
 		return fmt.Errorf("rabbitmq: hold job %q for queue %q: %w", env.ID, env.Queue, err)
 	}
-	holdQueue, err := b.declareHold(ctx, env.Queue, ttl, env.Priority)
+	if !b.top.ClassicHolds {
+		if err := b.awaitRipe(ctx, env.Queue); err != nil {
+			return err
+		}
+		rung, after := b.top.rung(ttl)
+		return b.publish(ctx, b.top.LadderQueue(env.Queue, rung), ladderPublishing(msg, env.Priority, after))
+	}
+	holdQueue, err := b.declareHold(ctx, env.Queue, ttl)
 	if err != nil {
 		return err
 	}
@@ -706,11 +832,10 @@ var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b 
 // maxPooledBody is the largest buffer bodyBufs keeps.
 const maxPooledBody = 64 << 10
 
-// holdKey names a hold queue: its work queue and TTL in milliseconds.
+// holdKey names a classic hold queue: its work queue and TTL in milliseconds.
 type holdKey struct {
-	queue    string
-	ttl      int64
-	priority uint8 // Topology.holdPriority's
+	queue string
+	ttl   int64
 }
 
 // maxHoldDecls bounds Backend.holdArgs.
@@ -726,7 +851,7 @@ type holdDecl struct {
 // declareHold declares queue's hold queue for ttl milliseconds on the hold
 // channel, opening a fresh one if there is none or it closed, and returns
 // its name.
-func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64, priority uint8) (string, error) {
+func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (string, error) {
 	select {
 	case b.holdLock <- struct{}{}:
 	case <-ctx.Done():
@@ -736,13 +861,13 @@ func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64, prio
 	if err := b.checkOpen(); err != nil {
 		return "", err
 	}
-	key := holdKey{queue, ttl, b.top.holdPriority(priority)}
+	key := holdKey{queue, ttl}
 	decl, ok := b.holdArgs[key]
 	if !ok {
 		if len(b.holdArgs) >= maxHoldDecls {
 			clear(b.holdArgs)
 		}
-		decl.name, decl.args = b.top.hold(queue, ttl, priority)
+		decl.name, decl.args = b.top.HoldQueue(queue, ttl), holdQueueArgs(queue, ttl)
 		b.holdArgs[key] = decl
 	}
 	name, args := decl.name, decl.args
@@ -808,6 +933,11 @@ func (b *Backend) DeadLetter(ctx context.Context, queue string, body []byte, rea
 	if !b.isDeclared(queue) {
 		return fmt.Errorf("rabbitmq: dead-letter to queue %q: %w (dead-lettering needs the queue declared through this backend)",
 			queue, queuey.ErrUnknownQueue)
+	}
+	if !b.top.ClassicHolds && !b.skipDead { // a quorum dead-letter queue this process declared
+		if err := b.awaitRipe(ctx, queue); err != nil {
+			return err
+		}
 	}
 	return b.publish(ctx, b.top.DeadQueue(queue), amqp.Publishing{
 		Headers: amqp.Table{
@@ -908,10 +1038,97 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queu
 		return nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, ErrBackendClosed)
 	}
 	b.consumers[c] = struct{}{}
+	_, ladder := b.declared[queue]
+	ladder = ladder && !b.top.ClassicHolds
 	b.mu.Unlock()
 	b.logger.Debug("rabbitmq: consuming", "queue", queue, "consumer_tag", tag, "prefetch", prefetch)
 	go c.forward()
-	return c, nil
+	if !ladder {
+		return c, nil
+	}
+	relay, err := b.Consume(ctx, b.top.RelayQueue(queue), relayPrefetch)
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("rabbitmq: consume queue %q: its relay queue: %w", queue, err)
+	}
+	rc := &relayingConsumer{consumer: c, relay: relay.(*consumer)}
+	rc.ctx, rc.stop = context.WithCancel(context.Background())
+	rc.wg.Add(1)
+	go rc.run()
+	return rc, nil
+}
+
+// relayGrace bounds how long Close waits for relays in flight.
+const relayGrace = 5 * time.Second
+
+// relayPrefetch is how many relay deliveries a consumer relays at once.
+const relayPrefetch = 64
+
+// relayingConsumer is a consumer of a work queue with a hold ladder: it
+// also consumes the queue's relay queue and relays what arrives there
+// (Backend.Relay), each delivery on a goroutine of its own, as many at
+// once as relayPrefetch lets the broker send.
+type relayingConsumer struct {
+	*consumer
+	relay *consumer
+	ctx   context.Context // ends at Close: relays in flight give up
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+// run relays until the relay subscription ends.
+func (c *relayingConsumer) run() {
+	defer c.wg.Done()
+	for d := range c.relay.Deliveries() {
+		d := d.(*delivery)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.relayOne(d)
+		}()
+	}
+}
+
+// relayOne relays d, then acknowledges it; a relay that failed returns it
+// to the relay queue after a pause, so that a rung an operator deleted
+// does not spin the relay.
+func (c *relayingConsumer) relayOne(d *delivery) {
+	b := c.consumer.b
+	if d.Stale() {
+		return // its channel went: the broker has requeued it
+	}
+	if err := b.Relay(c.ctx, c.consumer.queue, d.d); err != nil {
+		b.logger.Warn("rabbitmq: relaying a held job failed; it stays in the relay queue", "queue", c.consumer.queue, "error", err)
+		_ = sleepCtx(c.ctx, time.Second)
+		_ = d.Requeue()
+		return
+	}
+	if err := d.Ack(); err != nil {
+		// Its channel went after the publish: the broker requeues it, and
+		// the job goes on twice (at least once, never lost).
+		b.logger.Debug("rabbitmq: relayed job's acknowledgement failed", "queue", c.consumer.queue, "error", err)
+	}
+}
+
+// Cancel cancels both subscriptions; relays in flight finish.
+func (c *relayingConsumer) Cancel() error {
+	return errors.Join(c.consumer.Cancel(), c.relay.Cancel())
+}
+
+// Close cancels the relay subscription, lets the relays in flight finish
+// for up to relayGrace (less if the backend is closing: a relay that gives
+// up leaves its job in the relay queue, or, if its publish was sent, runs
+// it twice), then closes both.
+func (c *relayingConsumer) Close() error {
+	_ = c.relay.Cancel()
+	err := c.consumer.Close()
+	stop := context.AfterFunc(c.consumer.b.closeCtx, c.stop)
+	defer stop()
+	grace := time.AfterFunc(relayGrace, c.stop)
+	defer grace.Stop()
+	c.wg.Wait()
+	c.stop()
+	return errors.Join(err, c.relay.Close())
 }
 
 // Done is closed once the backend can publish no more: its publishing

@@ -44,8 +44,14 @@ type suiteAdmin interface {
 }
 
 // forEachBroker runs test on membroker, and on the live broker at AMQP_URL
-// (a subtest that skips, with a notice, without it).
+// (a subtest that skips, with a notice, without it), with the default hold
+// ladder, but no warm-up: nothing here kills the broker.
 func forEachBroker(t *testing.T, test func(t *testing.T, r *suiteRig)) {
+	forEachBrokerWith(t, Options{Topology: Topology{HoldWarmup: -1}}, test)
+}
+
+// forEachBrokerWith is forEachBroker with opts.
+func forEachBrokerWith(t *testing.T, opts Options, test func(t *testing.T, r *suiteRig)) {
 	t.Run("broker=membroker", func(t *testing.T) {
 		b := membroker.New(membroker.Config{Clock: clock.New(), Version: membroker.RabbitMQ40})
 		conn, err := b.Dial()
@@ -57,11 +63,11 @@ func forEachBroker(t *testing.T, test func(t *testing.T, r *suiteRig)) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = conn.Close(); _ = admin.Close() })
-		test(t, newSuiteRig(t, Options{}, Channels(conn.Channel), conn.IsClosed,
+		test(t, newSuiteRig(t, opts, Channels(conn.Channel), conn.IsClosed,
 			func() (suiteAdmin, error) { return admin.Channel() }, nil))
 	})
 	t.Run("broker=live", func(t *testing.T) {
-		test(t, newLiveRig(t, Options{}).suiteRig)
+		test(t, newLiveRig(t, opts).suiteRig)
 	})
 }
 
@@ -106,6 +112,12 @@ func (r *suiteRig) queue(ttls ...int64) string {
 	r.queues = append(r.queues, q, top.DeadQueue(q))
 	for _, ttl := range ttls {
 		r.queues = append(r.queues, top.HoldQueue(q, ttl))
+	}
+	if !top.ClassicHolds {
+		r.queues = append(r.queues, top.RelayQueue(q), top.WarmQueue(q))
+		for _, ttl := range top.Rungs() {
+			r.queues = append(r.queues, top.LadderQueue(q, ttl))
+		}
 	}
 	return q
 }
@@ -179,7 +191,11 @@ func TestBackendDeclareCreatesWorkAndDeadQueues(t *testing.T) {
 		r.sameArgs(plain, amqp.Table{"x-queue-type": "classic"})
 		r.sameArgs(quorum, amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": quorum + ".dead"})
 		for _, q := range []string{classic, plain, quorum} {
-			r.sameArgs(q+".dead", nil)
+			r.sameArgs(q+".dead", amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(-1)})
+			r.sameArgs(q+".deferred.relay", relayQueueArgs())
+			for _, ttl := range r.b.Topology().Rungs() {
+				r.sameArgs(r.b.Topology().LadderQueue(q, ttl), ladderQueueArgs(q, ttl, r.b.Topology()))
+			}
 		}
 		// The plain queue really has no priorities.
 		if _, err := r.adminChannel().QueueDeclare(plain, true, false, false, false, amqp.Table{"x-max-priority": int32(10)}); err == nil {
@@ -247,8 +263,9 @@ func TestBackendHolds(t *testing.T) {
 		if err := r.b.Publish(t.Context(), testJob(q, "short", 10), 999*time.Millisecond, queuey.HoldDeferred); err != nil {
 			t.Fatal(err)
 		}
-		r.sameArgs(q+".deferred.1000", holdQueueArgs(q, 1000))
-		r.sameArgs(q+".deferred.60000", holdQueueArgs(q, 60000))
+		// 60 s is 32 + 16 + 8 + 4: it waits in the 32 s rung first; the
+		// short one, 999 ms rounded up to 1 s, in the 1 s rung.
+		r.sameArgs(q+".deferred.ladder.1000", ladderQueueArgs(q, 1000, r.b.Topology()))
 
 		c, err := r.b.Consume(t.Context(), q, 1)
 		if err != nil {
@@ -265,8 +282,8 @@ func TestBackendHolds(t *testing.T) {
 		if err := d.Ack(); err != nil {
 			t.Fatal(err)
 		}
-		if n := r.ready(q + ".deferred.60000"); n != 1 {
-			t.Fatalf("the long hold has %d, want 1", n)
+		if n := r.ready(q + ".deferred.ladder.32000"); n != 1 {
+			t.Fatalf("the long hold's first rung has %d, want 1", n)
 		}
 
 		if err := r.b.Publish(t.Context(), testJob(q, "x", 0), 30*24*time.Hour, queuey.HoldDeferred); !errors.Is(err, queuey.ErrDelayTooLong) {
@@ -283,7 +300,7 @@ func TestBackendHolds(t *testing.T) {
 }
 
 func TestBackendRefusedDeclarationsLeaveBackendWorking(t *testing.T) {
-	forEachBroker(t, func(t *testing.T, r *suiteRig) {
+	forEachBrokerWith(t, Options{Topology: Topology{ClassicHolds: true}}, func(t *testing.T, r *suiteRig) {
 		q := r.queue(1000, 2000, 3000)
 		if err := r.b.Declare(t.Context(), queuey.QueueConfig{Name: q}); err != nil {
 			t.Fatal(err)
@@ -327,7 +344,7 @@ func TestBackendRefusedDeclarationsLeaveBackendWorking(t *testing.T) {
 // older build made it, and what to do.
 
 func TestBackendHoldQueueOfAnOlderBuildIsExplained(t *testing.T) {
-	forEachBroker(t, func(t *testing.T, r *suiteRig) {
+	forEachBrokerWith(t, Options{Topology: Topology{ClassicHolds: true}}, func(t *testing.T, r *suiteRig) {
 		q := r.queue(1000)
 		if err := r.b.Declare(t.Context(), queuey.QueueConfig{Name: q}); err != nil {
 			t.Fatal(err)
@@ -378,7 +395,7 @@ func TestBackendJobOverTheBrokersLimitLeavesPublishingWorking(t *testing.T) {
 			t.Fatalf("a 16 MiB job with the default MaxMessageSize: %v; want queuey.ErrJobTooLarge", err)
 		}
 
-		lax, err := New(r.channels, Options{MaxMessageSize: 32 << 20})
+		lax, err := New(r.channels, Options{MaxMessageSize: 32 << 20, Topology: Topology{HoldWarmup: -1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -402,7 +419,7 @@ func TestBackendJobOverTheBrokersLimitLeavesPublishingWorking(t *testing.T) {
 			t.Fatal("Done closed after a channel exception")
 		default:
 		}
-		if r.ready(q) != 2 || r.ready(q+".deferred.1000") != 1 {
+		if r.ready(q) != 2 || r.ready(q+".deferred.ladder.1000") != 1 {
 			t.Fatal("the publishes after the refusal did not land")
 		}
 	})

@@ -45,10 +45,14 @@ func newBackendRig(t *testing.T, version membroker.Version, opts Options) *backe
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	// These are the unit tests of classic holds and of what does not
+	// depend on the hold queues; ladder_test.go has the ladder's.
+	opts.ClassicHolds = true
 	b, err := New(Channels(conn.Channel), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.now = clk.Now
 	t.Cleanup(func() { _ = b.Close() })
 	inspect, err := broker.Dial()
 	if err != nil {
@@ -440,31 +444,6 @@ func TestHoldGranularityDependsOnKind(t *testing.T) {
 	}
 }
 
-// On RabbitMQ 4.0 a quorum queue expires only the message it would deliver
-// next, which its priorities pick: a retry at priority 0 sharing a hold
-// queue with a deferral at the top priority, held just after it for the
-// same TTL, would come back only when the deferral does. Each priority has
-// quorum hold queues of its own, so the retry comes back on time (found by
-// the properties with quorum holds: 38.7 ms late).
-func TestQuorumHoldOfAnotherPriorityIsNotWaitedFor(t *testing.T) {
-	for _, v := range []membroker.Version{membroker.RabbitMQ40, membroker.RabbitMQ43} {
-		t.Run(v.String(), func(t *testing.T) {
-			r := newBackendRig(t, v, Options{Topology: Topology{HoldType: queuey.Quorum}})
-			r.declare(queuey.QueueConfig{Name: "jobs"})
-			r.publish(testJob("jobs", "retry", 0), time.Second, queuey.HoldRetry)
-			r.clk.Add(500 * time.Millisecond)
-			r.publish(testJob("jobs", "deferral", 10), time.Second, queuey.HoldDeferred)
-			r.clk.Add(500 * time.Millisecond)
-			if got := r.ready("jobs"); got != 1 {
-				t.Fatalf("jobs has %d ready when the retry is due, want 1", got)
-			}
-			if id := testJobID(t, r.get("jobs").Body); id != "retry" {
-				t.Fatalf("released %s, want retry", id)
-			}
-		})
-	}
-}
-
 func TestShortHoldNeverStuckBehindLongHold(t *testing.T) {
 	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
 	r.declare(queuey.QueueConfig{Name: "jobs"})
@@ -480,77 +459,6 @@ func TestShortHoldNeverStuckBehindLongHold(t *testing.T) {
 	r.clk.Add(5*time.Minute - time.Second)
 	if id := testJobID(t, r.get("jobs").Body); id != "long" {
 		t.Fatalf("released %s, want long", id)
-	}
-}
-
-// With HoldType queuey.Quorum, holds wait in quorum queues named
-// q.deferred.quorum.TTL (q.deferred.quorum.pN.TTL for a job of priority
-// N > 0), declared with at-least-once dead-lettering and no x-expires, and
-// come back to the work queue after their TTL; on both profiles, beside a
-// classic-holds backend of another process that uses its own hold queues
-// for the same work queue.
-func TestQuorumHoldsWaitInQuorumQueues(t *testing.T) {
-	for _, v := range []membroker.Version{membroker.RabbitMQ40, membroker.RabbitMQ43} {
-		t.Run(v.String(), func(t *testing.T) {
-			r := newBackendRig(t, v, Options{Topology: Topology{HoldType: queuey.Quorum}})
-			r.declare(queuey.QueueConfig{Name: "jobs", Type: queuey.Quorum})
-			r.publish(testJob("jobs", "retry", 0), 2*time.Second, queuey.HoldRetry)
-			r.publish(testJob("jobs", "deferral", 1), time.Second, queuey.HoldDeferred)
-			for name, want := range map[string]int{"jobs.deferred.quorum.2000": 1, "jobs.deferred.quorum.p1.1000": 1, "jobs.deferred.1000": -1} {
-				if got := r.ready(name); got != want {
-					t.Fatalf("%s has %d ready, want %d; queues %+v", name, got, want, r.broker.Queues())
-				}
-			}
-			q, _ := r.broker.Queue("jobs.deferred.quorum.2000")
-			if q.Type != "quorum" || !q.Durable {
-				t.Fatalf("hold queue %+v; want a durable quorum queue", q)
-			}
-			if diff := cmp.Diff(quorumHoldQueueArgs("jobs", 2000), q.Arguments); diff != "" {
-				t.Fatalf("hold queue arguments (-want +got):\n%s", diff)
-			}
-			if _, ok := q.Arguments["x-expires"]; ok {
-				t.Fatal("a quorum hold queue has x-expires")
-			}
-			if dq, _ := r.broker.Queue("jobs.dead"); dq.Type != "quorum" || dq.Arguments["x-delivery-limit"] != int32(-1) {
-				t.Fatalf("dead-letter queue %+v; want a quorum queue with no delivery limit", dq)
-			}
-
-			// Another process, on classic holds: its own hold queue, the
-			// quorum dead-letter queue as it is, no refusal, the same work
-			// queue.
-			other, err := New(Channels(r.conn.Channel), Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = other.Close() })
-			if err := other.Declare(t.Context(), queuey.QueueConfig{Name: "jobs", Type: queuey.Quorum}); err != nil {
-				t.Fatal(err)
-			}
-			if err := other.Publish(t.Context(), testJob("jobs", "classic", 1), time.Second, queuey.HoldDeferred); err != nil {
-				t.Fatalf("a classic hold beside quorum holds: %v", err)
-			}
-			if r.ready("jobs.deferred.1000") != 1 {
-				t.Fatal("the classic hold is not in jobs.deferred.1000")
-			}
-
-			r.clk.Add(time.Second)
-			if n := r.ready("jobs"); n != 2 {
-				t.Fatalf("after 1 s, %d jobs back; want the deferral and the classic one", n)
-			}
-			r.clk.Add(time.Second)
-			if n := r.ready("jobs"); n != 3 {
-				t.Fatalf("after 2 s, %d jobs back; want 3", n)
-			}
-		})
-	}
-}
-
-func TestTopologyRefusesAnUnknownHoldType(t *testing.T) {
-	if err := (Topology{HoldType: queuey.QueueType(9)}).Validate(); err == nil {
-		t.Fatal("HoldType 9 was accepted")
-	}
-	if _, err := New(nil, Options{Topology: Topology{HoldType: queuey.QueueType(9)}}); err == nil {
-		t.Fatal("New accepted HoldType 9")
 	}
 }
 
@@ -965,13 +873,16 @@ func TestConcurrentHolds(t *testing.T) {
 	}
 }
 
-// ExampleBackend defers a testJob on membroker under a virtual clock: it waits
-// in its hold queue, then comes back ahead of the backlog.
+// ExampleBackend defers a job on membroker under a virtual clock: it waits
+// in its hold queue, then comes back ahead of the backlog. It uses classic
+// holds, whose one hold queue releases the job straight into its work
+// queue, so that the clock can jump 30 s at once; the default ladder needs
+// a consumer relaying while time passes (ExampleBackend_Relay).
 func ExampleBackend() {
 	clk := clock.NewMock()
 	broker := membroker.New(membroker.Config{Clock: clk, Version: membroker.RabbitMQ40})
 	conn, _ := broker.Dial()
-	backend, err := New(Channels(conn.Channel), Options{})
+	backend, err := New(Channels(conn.Channel), Options{Topology: Topology{ClassicHolds: true}})
 	if err != nil {
 		panic(err)
 	}

@@ -27,6 +27,7 @@ type Channel interface {
 
 	// Declaring queues.
 	QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error)
+	QueueDeclarePassive(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error)
 
 	// Consuming and settling.
 	Qos(prefetchCount, prefetchSize int, global bool) error

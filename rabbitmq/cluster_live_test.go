@@ -88,8 +88,8 @@ func TestLiveClusterNodeLoss(t *testing.T) {
 	// The kill comes between a fifth and two fifths of the way in.
 	cfg.killAt = max(1, cfg.jobs/5+rng.IntN(cfg.jobs/5+1))
 	t.Logf("schedule (seed %d): kill node 1 after job %d of %d, start it again %s later", cfg.seed, cfg.killAt, cfg.jobs, cfg.down)
-	for _, holds := range []queuey.QueueType{queuey.Classic, queuey.Quorum} {
-		t.Run("holds="+holds.String(), func(t *testing.T) {
+	for _, holds := range []string{"classic", "ladder"} {
+		t.Run("holds="+holds, func(t *testing.T) {
 			c := cfg
 			c.holds = holds
 			c.run(t)
@@ -104,11 +104,11 @@ type clusterCheck struct {
 	killAt int
 	down   time.Duration
 	seed   uint64
-	holds  queuey.QueueType
+	holds  string // "classic" or "ladder" (the default)
 }
 
 func (c clusterCheck) topology() Topology {
-	return Topology{RetryGranularity: 100 * time.Millisecond, DeferredGranularity: 100 * time.Millisecond, HoldType: c.holds}
+	return Topology{RetryGranularity: 100 * time.Millisecond, DeferredGranularity: 100 * time.Millisecond, ClassicHolds: c.holds == "classic"}
 }
 
 func (c clusterCheck) run(t *testing.T) {
@@ -256,15 +256,15 @@ func (c clusterCheck) run(t *testing.T) {
 	if lost > 0 {
 		t.Logf("lost: %s", strings.Join(lostJobs, "; "))
 	}
-	if c.holds == queuey.Quorum {
+	if c.holds == "ladder" {
 		if lost != 0 || len(dead) != 0 {
-			t.Errorf("quorum holds: %d lost and %d dead-lettered; want none", lost, len(dead))
+			t.Errorf("ladder: %d lost and %d dead-lettered; want none", lost, len(dead))
 		}
 		if len(stuck) != 0 {
-			t.Errorf("quorum holds: %d jobs confirmed 2 s before node 1 was started again had not ended: %v", len(stuck), stuck)
+			t.Errorf("ladder: %d jobs confirmed 2 s before node 1 was started again had not ended: %v", len(stuck), stuck)
 		}
 		if notSent != 0 {
-			t.Errorf("quorum holds: %d enqueues found no connection within a minute", notSent)
+			t.Errorf("ladder: %d enqueues found no connection within a minute", notSent)
 		}
 	}
 }
@@ -346,8 +346,9 @@ func (c clusterCheck) deleteQueues(t *testing.T) {
 	top := c.topology()
 	names := []string{faultQueue, top.DeadQueue(faultQueue)}
 	for ttl := int64(100); ttl <= 400; ttl += 100 {
-		names = append(names, top.HoldQueue(faultQueue, ttl), top.QuorumHoldQueue(faultQueue, ttl))
+		names = append(names, top.HoldQueue(faultQueue, ttl))
 	}
+	names = append(names, ladderNames(top, faultQueue)...)
 	for _, name := range names {
 		ch, err := conn.Channel()
 		if err != nil {

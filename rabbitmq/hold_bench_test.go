@@ -29,8 +29,8 @@ func BenchmarkHoldPublish(b *testing.B) {
 	if urls[0] == "" {
 		b.Skip("AMQP_CLUSTER_URLS not set: skipping the cluster benchmark (scripts/rabbitmq cluster start)")
 	}
-	for _, holds := range []queuey.QueueType{queuey.Classic, queuey.Quorum} {
-		b.Run("holds="+holds.String(), func(b *testing.B) {
+	for _, holds := range []string{"classic", "ladder"} {
+		b.Run("holds="+holds, func(b *testing.B) {
 			for _, par := range []int{1, 8} {
 				b.Run(fmt.Sprintf("goroutines=%d", par), func(b *testing.B) {
 					benchHolds(b, urls[0], holds, par)
@@ -40,13 +40,13 @@ func BenchmarkHoldPublish(b *testing.B) {
 	}
 }
 
-func benchHolds(b *testing.B, url string, holds queuey.QueueType, par int) {
+func benchHolds(b *testing.B, url string, holds string, par int) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	top := Topology{DeferredGranularity: time.Second, HoldType: holds}
+	top := Topology{DeferredGranularity: time.Second, ClassicHolds: holds == "classic"}
 	backend, err := New(Channels(conn.Channel), Options{Topology: top})
 	if err != nil {
 		b.Fatal(err)
@@ -65,7 +65,11 @@ func benchHolds(b *testing.B, url string, holds queuey.QueueType, par int) {
 		}
 		for s := int64(60); s < 70; s++ {
 			_, _ = ch.QueueDelete(top.HoldQueue(q, s*1000), false, false, false)
-			_, _ = ch.QueueDelete(top.QuorumHoldQueue(q, s*1000), false, false, false)
+		}
+		_, _ = ch.QueueDelete(top.RelayQueue(q), false, false, false)
+		_, _ = ch.QueueDelete(top.WarmQueue(q), false, false, false)
+		for _, ttl := range top.Rungs() {
+			_, _ = ch.QueueDelete(top.LadderQueue(q, ttl), false, false, false)
 		}
 		_ = ch.Close()
 	}()

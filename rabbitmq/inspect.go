@@ -134,7 +134,7 @@ type QueueStats struct {
 type HoldStats struct {
 	Name     string
 	TTL      time.Duration
-	Type     string // "classic" or "quorum"
+	Type     string // "ladder" (a rung), "relay" (TTL 0), "classic", or "quorum" (per TTL, from earlier releases)
 	Messages int
 }
 
@@ -192,10 +192,15 @@ func (in *Inspector) holdOf(queue string, l QueueListing) (HoldStats, bool) {
 	if !ok {
 		return HoldStats{}, false
 	}
+	if rest == "relay" { // Topology.RelayQueue: jobs between two rungs, or on their way back
+		return HoldStats{Name: l.Name, Type: "relay", Messages: l.Ready + l.Unacked}, true
+	}
 	typ := "classic"
-	if r, ok := strings.CutPrefix(rest, "quorum."); ok {
+	if r, ok := strings.CutPrefix(rest, "ladder."); ok { // Topology.LadderQueue
+		rest, typ = r, "ladder"
+	} else if r, ok := strings.CutPrefix(rest, "quorum."); ok { // the per-TTL quorum holds of earlier releases
 		rest, typ = r, "quorum"
-		if r, ok := strings.CutPrefix(rest, "p"); ok { // a priority's own (Topology.hold)
+		if r, ok := strings.CutPrefix(rest, "p"); ok { // a priority's own
 			prio, ttl, ok := strings.Cut(r, ".")
 			if n, err := strconv.ParseUint(prio, 10, 8); !ok || err != nil || strconv.FormatUint(n, 10) != prio {
 				return HoldStats{}, false

@@ -67,7 +67,7 @@ func newInspectRig(t *testing.T, typ queuey.QueueType, listed bool) *inspectRig 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	if r.backend, err = New(Channels(conn.Channel), Options{}); err != nil {
+	if r.backend, err = New(Channels(conn.Channel), Options{Topology: Topology{ClassicHolds: true}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.backend.Close() })
@@ -642,10 +642,14 @@ func TestInspectorHoldOf(t *testing.T) {
 			t.Errorf("holdOf(%q) = %+v, %t; want TTL %s, type %q, %t", c.name, h, ok, c.ttl, c.typ, c.ok)
 		}
 	}
-	for _, prio := range []uint8{0, 10} {
-		name, _ := Topology{HoldType: queuey.Quorum}.hold("jobs", 4000, prio)
-		if _, ok := in.holdOf("jobs", QueueListing{Name: name}); !ok {
-			t.Errorf("holdOf does not know %s, a quorum hold queue of priority %d", name, prio)
+	var top Topology
+	for _, ttl := range top.Rungs() {
+		h, ok := in.holdOf("jobs", QueueListing{Name: top.LadderQueue("jobs", ttl)})
+		if !ok || h.Type != "ladder" || h.TTL != time.Duration(ttl)*time.Millisecond {
+			t.Errorf("holdOf(%s) = %+v, %t; want a ladder rung of %d ms", top.LadderQueue("jobs", ttl), h, ok, ttl)
 		}
+	}
+	if h, ok := in.holdOf("jobs", QueueListing{Name: top.RelayQueue("jobs"), Ready: 2}); !ok || h.Type != "relay" || h.Messages != 2 {
+		t.Errorf("holdOf(relay queue) = %+v, %t", h, ok)
 	}
 }

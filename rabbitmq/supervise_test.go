@@ -195,7 +195,8 @@ func newSupervised(t *testing.T, backoff Backoff, urls ...string) *supervised {
 	b, err := Connect(t.Context(), ConnectOptions{
 		URLs: urls, Dial: s.net.dial, Backoff: backoff, OnState: s.states.add,
 		Rand: func() float64 { return 0.5 },
-	}, Options{Logger: slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	}, Options{Topology: Topology{ClassicHolds: true}, // ladder_test.go has the ladder's reconnection
+		Logger: slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}

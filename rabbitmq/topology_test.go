@@ -148,8 +148,9 @@ func TestWorkQueueArgs(t *testing.T) {
 
 func TestCheckQueueName(t *testing.T) {
 	var def Topology
-	// The longest name whose longest hold queue fits: 255 - len(".deferred.2147483647").
-	longest := strings.Repeat("q", 255-len(".deferred.2147483647"))
+	// The longest name whose longest hold queue fits: 255 - len(".deferred.ladder.2147483647").
+	longest := strings.Repeat("q", 255-len(".deferred.ladder.2147483647"))
+	classic := Topology{ClassicHolds: true}
 	tests := []struct {
 		name  string
 		top   Topology
@@ -160,8 +161,8 @@ func TestCheckQueueName(t *testing.T) {
 		{"longest that fits", def, longest, ""},
 		{"one byte too long for its hold queues", def, longest + "q", `queue "` + longest + `q": name too long: its longest hold queue name would be 256 bytes`},
 		{"long dead suffix", Topology{DeadSuffix: strings.Repeat("d", 250)}, "emails", "dead-letter queue name would be 256 bytes"},
-		{"longest that fits with quorum holds", Topology{HoldType: queuey.Quorum}, longest[len(".quorum.p255"):], ""},
-		{"too long for its quorum hold queues", Topology{HoldType: queuey.Quorum}, longest, "its longest hold queue name would be 267 bytes"},
+		{"longest that fits with classic holds", classic, longest + "qqqqqqq", ""},
+		{"too long for its classic hold queues", classic, longest + "qqqqqqqq", "its longest hold queue name would be 256 bytes"},
 		{"empty", def, "", "queue name is empty"},
 		{"reserved prefix", def, "amq.jobs", "prefix amq. is reserved"},
 		{"invalid UTF-8", def, "jobs\xff", "not valid UTF-8"},

@@ -103,6 +103,7 @@ const (
 	roleDead
 	roleHold
 	roleWait
+	roleRelay // the hold ladder's relay queue: jobs between rungs
 )
 
 type queueRole struct {
@@ -147,6 +148,12 @@ func (r *runner) classifyName(name string) queueRole {
 			return queueRole{q, roleWait}
 		}
 	}
+	if base, ok := strings.CutSuffix(name, r.top.DeferredSuffix+".relay"); ok && !r.top.ClassicHolds {
+		if q, ok := r.byName[base]; ok && q.spec.Name == base {
+			return queueRole{q, roleRelay}
+		}
+		return queueRole{}
+	}
 	i := strings.LastIndexByte(name, '.')
 	if i < 0 {
 		return queueRole{}
@@ -155,16 +162,9 @@ func (r *runner) classifyName(name string) queueRole {
 		return queueRole{}
 	}
 	base, ok := name[:i], true
-	if r.top.HoldType == queuey.Quorum {
-		// q.deferred.quorum.TTL, or q.deferred.quorum.pN.TTL for a job of
-		// priority N (rabbitmq.Topology.HoldType).
-		if j := strings.LastIndexByte(base, '.'); j >= 0 && strings.HasPrefix(base[j+1:], "p") {
-			if _, err := strconv.ParseUint(base[j+2:], 10, 8); err == nil {
-				base = base[:j]
-			}
-		}
-		base, ok = strings.CutSuffix(base, ".quorum")
-		if !ok {
+	if !r.top.ClassicHolds {
+		// q.deferred.ladder.TTL, a rung (rabbitmq.Topology.LadderQueue).
+		if base, ok = strings.CutSuffix(base, ".ladder"); !ok {
 			return queueRole{}
 		}
 	}
@@ -245,8 +245,26 @@ func (r *runner) observe(ev membroker.Event) {
 			}
 		case roleDead:
 			r.auditDue = true
+		case roleRelay:
+			if r.restarting {
+				return // handed to a consumer whose connection closes next
+			}
+			if sub := r.subs[ev.ConsumerTag]; sub != nil {
+				if sub.pending++; sub.pending == 1 {
+					r.ready = append(r.ready, sub)
+				}
+			}
 		}
 	}
+}
+
+// holdKey is the queue a pendingHold in name is filed under: name itself,
+// or for the ladder's rungs and relay queue, the relay queue.
+func (r *runner) holdKey(qr queueRole, name string) string {
+	if r.top.ClassicHolds || qr.role == roleWait {
+		return name
+	}
+	return r.top.RelayQueue(qr.q.spec.Name)
 }
 
 // bounced is a delivery made inside Broker.Restart: a message one closing
@@ -308,12 +326,9 @@ func (r *runner) crashLost(qr queueRole, ev membroker.Event) {
 	if j == nil {
 		return
 	}
-	if qr.role == roleHold || qr.role == roleWait {
-		for k, h := range j.holds {
-			if h.queue == ev.Queue {
-				j.holds = append(j.holds[:k], j.holds[k+1:]...)
-				break
-			}
+	if qr.role == roleHold || qr.role == roleWait || qr.role == roleRelay {
+		if k := r.pendingHold(j, r.holdKey(qr, ev.Queue)); k >= 0 {
+			j.holds = append(j.holds[:k], j.holds[k+1:]...)
 		}
 	}
 	if j.copies--; j.copies > 0 {
@@ -340,7 +355,28 @@ func (r *runner) holdsChanged(q *simQueue, d int) {
 
 func (r *runner) enqueued(qr queueRole, ev membroker.Event) {
 	q := qr.q
+	if r.relaying {
+		r.relayed(qr, ev)
+		return
+	}
 	switch qr.role {
+	case roleRelay:
+		if ev.DeadLetteredFrom == "" || ev.Reason != "expired" || r.classify(ev.DeadLetteredFrom).role != roleHold {
+			r.failf("message %q reached %s from %q (%s)", ev.MessageID, ev.Queue, ev.DeadLetteredFrom, ev.Reason)
+		}
+		// A rung released it: it moves, and waits for a worker's relay.
+		// The rung must release it on time (invariant 2); the relay that
+		// takes it on is a client, which an outage can hold up.
+		j := r.job(jobNumber(ev.MessageID))
+		if j == nil {
+			return
+		}
+		if k := r.pendingHold(j, ev.Queue); k >= 0 {
+			h := &j.holds[k]
+			if late := r.now() - (h.rungAt + h.rung); late < 0 || late > expiryResolution+r.releaseSlack {
+				r.violate(2, j, fmt.Sprintf("entered %s at %s, released %s after its TTL", ev.DeadLetteredFrom, appendVirtual(nil, h.rungAt), late))
+			}
+		}
 	case roleHold, roleWait:
 		c := &r.cur
 		j := r.job(jobNumber(ev.MessageID))
@@ -352,7 +388,8 @@ func (r *runner) enqueued(qr queueRole, ev membroker.Event) {
 		if c.dec.Action == queuey.ActionDefer {
 			kind = queuey.HoldDeferred
 		}
-		j.holds = append(j.holds, pendingHold{queue: ev.Queue, at: r.now(), ttl: c.ttl, delay: c.dec.Delay, kind: kind})
+		j.holds = append(j.holds, pendingHold{queue: r.holdKey(qr, ev.Queue), at: c.issued, ttl: c.ttl, delay: c.dec.Delay, kind: kind,
+			rungAt: r.now(), rung: rungTTL(ev.Queue)})
 		j.copies++
 		r.emit(Event{Kind: EvHold, Job: j.n, Queue: ev.Queue, Worker: -1, Attempt: c.dec.Successor.Attempt,
 			Deferrals: c.dec.Successor.Deferrals, Priority: ev.Priority, Delay: c.dec.Delay, TTL: c.ttl})
@@ -371,7 +408,7 @@ func (r *runner) enqueued(qr queueRole, ev membroker.Event) {
 			r.failf("job %d reached %s from %s (%s)", j.n, ev.Queue, ev.DeadLetteredFrom, ev.Reason)
 			return
 		}
-		r.released(q, j, ev)
+		r.released(q, j, ev, ev.DeadLetteredFrom)
 	case roleDead:
 		if ev.DeadLetteredFrom == "" {
 			return // queuey's own dead letter: audited when it is consumed
@@ -397,17 +434,11 @@ const deliveryLimit = 20
 
 // released checks a hold's release into the work queue (invariant 2) and
 // notes when a deferral is back.
-func (r *runner) released(q *simQueue, j *job, ev membroker.Event) {
+func (r *runner) released(q *simQueue, j *job, ev membroker.Event, from string) {
 	now := r.now()
-	k := -1
-	for i, h := range j.holds {
-		if h.queue == ev.DeadLetteredFrom {
-			k = i
-			break
-		}
-	}
+	k := r.pendingHold(j, from)
 	if k < 0 {
-		r.failf("job %d released from %s where it was never held", j.n, ev.DeadLetteredFrom)
+		r.failf("job %d released from %s where it was never held", j.n, from)
 		return
 	}
 	h := j.holds[k]
@@ -424,8 +455,10 @@ func (r *runner) released(q *simQueue, j *job, ev membroker.Event) {
 	} else {
 		r.res.RetryAddedWait.Add(added)
 	}
-	if late < 0 || late > expiryResolution+r.releaseSlack {
-		r.violate(2, j, fmt.Sprintf("held in %s at %s for %s, released %s after it was due", ev.DeadLetteredFrom,
+	// On the ladder each rung's release is checked on its own (enqueued,
+	// roleRelay); the whole hold must not end early.
+	if late < 0 || (r.top.ClassicHolds && late > expiryResolution+r.releaseSlack) {
+		r.violate(2, j, fmt.Sprintf("held in %s at %s for %s, released %s after it was due", from,
 			appendVirtual(nil, h.at), h.ttl, late))
 	}
 	for i := range j.expect {
@@ -436,6 +469,55 @@ func (r *runner) released(q *simQueue, j *job, ev membroker.Event) {
 	}
 	if h.kind == queuey.HoldDeferred && q.priority && ev.Priority == q.top {
 		q.released = append(q.released, j.n)
+	}
+}
+
+// rungTTL is the TTL in a ladder rung's name (q.deferred.ladder.TTL);
+// 0 for another name.
+func rungTTL(name string) time.Duration {
+	ms, err := strconv.ParseInt(name[strings.LastIndexByte(name, '.')+1:], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// pendingHold is the index of j's earliest hold filed under key, or -1.
+func (r *runner) pendingHold(j *job, key string) int {
+	for i, h := range j.holds {
+		if h.queue == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// relayed follows a relay's publish (Backend.Relay, in a worker's relay
+// consumer): a new copy of the job, on its next rung or back on its work
+// queue, which is the hold's release (invariant 2). The relay's ack
+// removes the copy it took from the relay queue.
+func (r *runner) relayed(qr queueRole, ev membroker.Event) {
+	j := r.relayJob
+	if j == nil || jobNumber(ev.MessageID) != j.n {
+		return // a malformed body, or not a job of the run
+	}
+	key := r.top.RelayQueue(qr.q.spec.Name)
+	k := r.pendingHold(j, key)
+	if k < 0 {
+		r.failf("job %d relayed to %s but never held on the ladder", j.n, ev.Queue)
+		return
+	}
+	j.copies++
+	switch qr.role {
+	case roleHold:
+		h := &j.holds[k]
+		h.hops++
+		h.rungAt, h.rung = r.now(), rungTTL(ev.Queue)
+		r.emit(Event{Kind: EvRelay, Job: j.n, Queue: ev.Queue, Worker: -1})
+	case roleWork:
+		r.released(qr.q, j, ev, key)
+	default:
+		r.failf("job %d relayed to %s", j.n, ev.Queue)
 	}
 }
 

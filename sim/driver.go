@@ -6,11 +6,14 @@
 package sim
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
 	"time"
 
+	"github.com/queuey/queuey/internal/backendclock"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/internal/workerrules"
 	"github.com/queuey/queuey/membroker"
@@ -31,6 +34,7 @@ func (r *runner) startWorker(w *worker) error {
 	if err != nil {
 		return fmt.Errorf("sim: worker backend: %w", err)
 	}
+	backendclock.Set(w.rb, r.clk.Now, notRipeYet)
 	// The worker's backend has declared nothing; it learns the queue as a
 	// worker process does, by declaring it (an equivalent redeclaration).
 	if err := w.rb.Declare(r.bg, w.q.cfg); err != nil {
@@ -73,8 +77,72 @@ func (r *runner) startWorker(w *worker) error {
 	}
 	sub.in = in
 	w.sub = sub
+	if !r.top.ClassicHolds {
+		// What rabbitmq.Backend.Consume adds for the ladder: a subscription
+		// to the relay queue on a channel of its own, each delivery
+		// relayed by the backend (Backend.Relay) and then acknowledged.
+		rch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("sim: worker relay channel: %w", err)
+		}
+		if err := rch.Qos(relayPrefetch, 0, false); err != nil {
+			return fmt.Errorf("sim: worker relay qos: %w", err)
+		}
+		rsub := &subscription{w: w, tag: tag + "-relay", back: w.back, ch: rch, gen: w.connGen, relay: true}
+		r.subs[rsub.tag] = rsub
+		if rsub.in, err = rch.Consume(r.top.RelayQueue(w.q.spec.Name), rsub.tag, false, false, false, false, nil); err != nil {
+			return fmt.Errorf("sim: worker relay consume: %w", err)
+		}
+		w.relaySub = rsub
+	}
 	w.up = true
 	return nil
+}
+
+// relayPrefetch is rabbitmq.Backend's prefetch on a relay queue.
+const relayPrefetch = 64
+
+// notRipe is what a worker's backend's wait returns in the simulation,
+// which cannot block: the backend would have waited d for its hold ladder
+// to warm up (rabbitmq.Topology.HoldWarmup). The shell waits on the
+// virtual clock and publishes again.
+type notRipe struct{ d time.Duration }
+
+func (e *notRipe) Error() string { return "sim: the hold ladder warms up for " + e.d.String() }
+
+func notRipeYet(_ context.Context, d time.Duration) error { return &notRipe{d} }
+
+// errDisconnected is the outcome of a hold that waited for the warm-up
+// while its delivery's connection went.
+var errDisconnected = errors.New("sim: the connection went while the hold waited for the warm-up")
+
+// relayOne carries out what a backend's relay consumer does with a
+// delivery from the relay queue: Backend.Relay publishes the job to its
+// next rung or back to its work queue, then the delivery is acknowledged.
+func (r *runner) relayOne(sub *subscription, d amqp.Delivery) {
+	w := sub.w
+	if sub.dead || sub != w.relaySub {
+		return // its process or connection is gone: the broker requeues it
+	}
+	j := r.job(jobNumber(d.MessageId))
+	r.relaying, r.relayJob = true, j
+	err := w.rb.Relay(r.bg, w.q.spec.Name, d)
+	r.relaying, r.relayJob = false, nil
+	if err != nil {
+		r.emit(Event{Kind: EvSettleFailed, Job: jobNumber(d.MessageId), Queue: w.q.spec.Name, Worker: w.idx, Detail: "relay: " + settleFailure(err)})
+		_ = d.Reject(true)
+		return
+	}
+	if err := d.Ack(false); err != nil {
+		if j != nil {
+			j.explain++ // requeued after its next step was published: a possible duplicate
+		}
+		return
+	}
+	if j != nil {
+		j.copies--
+		r.retire(j)
+	}
 }
 
 // stopWorker releases a worker's backend; its connection is already gone.
@@ -84,6 +152,10 @@ func (r *runner) stopWorker(w *worker) {
 	if w.sub != nil {
 		w.sub.dead = true
 		w.sub = nil
+	}
+	if w.relaySub != nil {
+		w.relaySub.dead = true
+		w.relaySub = nil
 	}
 	_ = w.back.Close()
 }
@@ -205,7 +277,12 @@ func (r *runner) complete(d *simDelivery) {
 // publish publishes the successor the core decided, with the bookkeeping
 // the invariants need around the call, and reports the broker's answer to
 // the core.
-func (r *runner) publish(w *worker, a *simAction) {
+func (r *runner) publish(w *worker, a *simAction) { r.publishIssued(w, a, r.now()) }
+
+// publishIssued is publish for a settlement the core issued at issued:
+// earlier than now when the hold waited for the ladder's warm-up, which
+// then counts in the added wait.
+func (r *runner) publishIssued(w *worker, a *simAction, issued time.Duration) {
 	d, env, dec := a.Msg, a.Job, a.Decision
 	q := w.q
 	if d.sub != w.sub {
@@ -217,7 +294,7 @@ func (r *runner) publish(w *worker, a *simAction) {
 	}
 	j := d.j
 	r.checkDecision(j, env, d.out, dec)
-	cur := settling{j: j, dec: dec, issued: r.now()}
+	cur := settling{j: j, dec: dec, issued: issued}
 	switch dec.Action {
 	case queuey.ActionRetry:
 		ttl, _ := r.top.RetryTTL(dec.Delay)
@@ -226,7 +303,7 @@ func (r *runner) publish(w *worker, a *simAction) {
 		ttl, _ := r.top.DeferredTTL(workerrules.Hold(dec))
 		cur.ttl = time.Duration(ttl) * time.Millisecond
 	}
-	if cur.ttl > 0 && !r.s.Legacy {
+	if cur.ttl > 0 && !r.s.Legacy && r.top.ClassicHolds {
 		r.res.HoldDeclarations++ // the backend declares the hold queue before every hold
 	}
 	held := dec.Action == queuey.ActionRetry || dec.Action == queuey.ActionDefer
@@ -241,6 +318,26 @@ func (r *runner) publish(w *worker, a *simAction) {
 	r.cur, r.curSet = cur, true
 	rerouted, err := r.publishSuccessor(d.sub, q, dec, d.Body())
 	r.cur, r.curSet = settling{}, false
+	if nr := (*notRipe)(nil); errors.As(err, &nr) {
+		// The backend would wait for its ladder to warm up: wait on the
+		// virtual clock, then publish again, unless the process died or
+		// its connection went meanwhile.
+		if held {
+			j.expect = j.expect[:len(j.expect)-1]
+		}
+		act, gen, sub := *a, w.gen, d.sub
+		r.clk.AfterFunc(nr.d, func() {
+			switch {
+			case w.gen != gen:
+			case w.sub != sub:
+				var buf [2]simAction
+				r.exec(w, w.core.Published(buf[:0], act.ID, errDisconnected))
+			default:
+				r.publishIssued(w, &act, issued)
+			}
+		})
+		return
+	}
 	switch {
 	case err != nil:
 		if held {
@@ -289,6 +386,16 @@ func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec workerrule
 func (r *runner) publishMalformed(w *worker, a *simAction) {
 	d := a.Msg
 	err := workerrules.PublishMalformed(r.bg, d.sub.back, w.q.cfg, d.Body())
+	if nr := (*notRipe)(nil); errors.As(err, &nr) {
+		// The dead-letter queue is young: dead-letter it once it is warm.
+		act, gen := *a, w.gen
+		r.clk.AfterFunc(nr.d, func() {
+			if w.gen == gen {
+				r.publishMalformed(w, &act)
+			}
+		})
+		return
+	}
 	if err != nil {
 		r.emit(Event{Kind: EvSettleFailed, Queue: w.q.spec.Name, Worker: w.idx, Detail: "malformed: " + settleFailure(err)})
 	}

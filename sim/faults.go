@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/queuey/queuey/internal/redial"
-	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -60,11 +59,9 @@ func (r *runner) fault(f Fault) {
 		r.brokerDown(f)
 	case FaultRefuseHold:
 		ttl, _ := r.top.RetryTTL(f.TTL.D())
-		name := r.top.HoldQueue(q.spec.Name, ttl)
-		if r.top.HoldType == queuey.Quorum {
-			name = r.top.QuorumHoldQueue(q.spec.Name, ttl)
-		}
-		r.refuseHold(q, name, ttl, r.clk.Now().Add(f.For.D()))
+		// With the ladder no hold declares a queue: the squatter, under a
+		// classic hold queue's name, is never asked for.
+		r.refuseHold(q, r.top.HoldQueue(q.spec.Name, ttl), ttl, r.clk.Now().Add(f.For.D()))
 	}
 }
 

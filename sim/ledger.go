@@ -45,11 +45,17 @@ type expectation struct {
 
 // pendingHold is a copy of the job waiting in a hold or wait queue.
 type pendingHold struct {
+	// queue is the hold or wait queue it waits in; for the hold ladder,
+	// its relay queue, which stands for the whole ladder.
 	queue string
-	at    time.Duration
-	ttl   time.Duration
-	delay time.Duration
-	kind  queuey.HoldKind
+	hops  int // rungs it has moved on to since the first (the ladder)
+	// rungAt and rung are when it entered the rung it is in and that
+	// rung's TTL (the ladder).
+	rungAt, rung time.Duration
+	at           time.Duration
+	ttl          time.Duration
+	delay        time.Duration
+	kind         queuey.HoldKind
 }
 
 // deadWant is a dead letter queuey published for the job.

@@ -99,6 +99,9 @@ func (r *runner) finish() *Result {
 	for _, n := range r.waiting {
 		waiting[n] = true
 	}
+	for n := range r.warming {
+		waiting[n] = true // Enqueue waits for a young quorum queue's warm-up
+	}
 	for _, n := range nums {
 		j := r.jobs.get(n)
 		copies += max(j.copies, 0)
@@ -125,7 +128,7 @@ func (r *runner) finish() *Result {
 	onBroker := 0
 	for _, qi := range r.broker.Queues() {
 		switch r.classify(qi.Name).role {
-		case roleWork, roleHold, roleWait:
+		case roleWork, roleHold, roleWait, roleRelay:
 			onBroker += qi.Ready + qi.Unacked
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/queuey/queuey/internal/backendclock"
 	"github.com/queuey/queuey/internal/redial"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/internal/workerrules"
@@ -272,8 +273,15 @@ type oracle struct {
 
 	// cur is the job whose settlement is being published, so that the
 	// observer can attribute what the broker reports during the call.
-	cur      settling
-	curSet   bool       // cur describes a settlement in progress
+	cur    settling
+	curSet bool // cur describes a settlement in progress
+	// relaying says that a relay publish is in progress, for relayJob
+	// (nil for a message that is not a job of the run).
+	relaying bool
+	relayJob *job
+	// warming are jobs whose Enqueue waits for the warm-up of their young
+	// quorum work queue (rabbitmq.Topology.HoldWarmup).
+	warming  map[uint64]struct{}
 	auditDue bool       // something reached a dead-letter queue
 	ex       *excerpter // set in a replay for excerpts
 }
@@ -314,6 +322,9 @@ type worker struct {
 	back queuey.Backend
 	rb   *rabbitmq.Backend
 	sub  *subscription
+	// relaySub is its subscription to the queue's relay queue (the hold
+	// ladder); nil with classic holds.
+	relaySub *subscription
 	// core is the process's worker core: made when the process starts,
 	// kept across its reconnections, gone when it dies.
 	core    *workerrules.Core[*simDelivery]
@@ -358,6 +369,7 @@ type subscription struct {
 	held    []uint64 // numbers of the jobs in hand (a prefetch's worth), in no order
 	dead    bool     // its process crashed: its handlers vanished
 	gen     workercore.Gen
+	relay   bool // a subscription to the relay queue: its deliveries are relayed, not run
 }
 
 func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
@@ -377,6 +389,9 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	}
 	r.end = Start.Add(s.Duration.D())
 	r.stop = r.end.Add(s.Drain.D())
+	if s.Legacy {
+		r.top.ClassicHolds = true // its holds go to the wait queue; the rest is as it was then
+	}
 	tm := s.Timing.membroker(s.Seed)
 	if !slices.ContainsFunc(s.Faults, func(f Fault) bool { return f.Kind == FaultKill }) {
 		// Only a Crash reads what reached disk. Following it costs a run
@@ -389,12 +404,6 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	// than the broker's timer slack allows.
 	if !s.Timing.Exact {
 		r.releaseSlack = s.Timing.TimerSlack.D()
-	}
-
-	var err error
-	r.adminConn, _ = r.broker.Dial()
-	if r.admin, err = r.adminConn.Channel(); err != nil {
-		return nil, fmt.Errorf("sim: admin channel: %w", err)
 	}
 
 	var configs []queuey.QueueConfig
@@ -419,6 +428,16 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 		}
 	}
 	r.configs = configs
+	if !s.Topology.Fresh && !r.top.ClassicHolds && !s.Legacy {
+		if err := r.deployBefore(); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	r.adminConn, _ = r.broker.Dial()
+	if r.admin, err = r.adminConn.Channel(); err != nil {
+		return nil, fmt.Errorf("sim: admin channel: %w", err)
+	}
 	if err := r.connectProducer(); err != nil {
 		return nil, err
 	}
@@ -463,6 +482,38 @@ func (r *runner) auditQueue(q *simQueue) error {
 	return nil
 }
 
+// deployBefore plays the deployment before the run: a backend declares
+// the queues, the ladders' warm markers are declared as that deployment's
+// first holds would have, once warm, and the broker restarts cleanly,
+// which writes every quorum queue to disk (membroker.Broker.Restart).
+func (r *runner) deployBefore() error {
+	conn, err := r.broker.Dial()
+	if err != nil {
+		return err
+	}
+	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: r.top})
+	if err != nil {
+		return fmt.Errorf("sim: the earlier deployment's backend: %w", err)
+	}
+	backendclock.Set(b, r.clk.Now, notRipeYet)
+	if err := b.Declare(r.bg, r.configs...); err != nil {
+		return fmt.Errorf("sim: the earlier deployment's declaration: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	for _, cfg := range r.configs {
+		if _, err := ch.QueueDeclare(r.top.WarmQueue(cfg.Name), true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+			return fmt.Errorf("sim: the earlier deployment's warm marker: %w", err)
+		}
+	}
+	_ = b.Close()
+	_ = conn.Close()
+	r.broker.Restart()
+	return nil
+}
+
 // holdBound is invariant 7's limit on a queue's hold queues at once: the
 // number of distinct TTLs its retries can round to, ceil(cap /
 // granularity) + 1 (the +1 for rounding to whole milliseconds), plus as
@@ -470,7 +521,12 @@ func (r *runner) auditQueue(q *simQueue) error {
 // retry granularity cannot, bounded by the largest Retry-After the outcome
 // model can draw. An exponential Retry-After has no largest value; its
 // bound counts TTLs up to 20 means.
+//
+// The ladder's bound is its number of rungs, whatever the delays.
 func holdBound(cfg queuey.QueueConfig, spec Queue, top rabbitmq.Topology) int {
+	if !top.ClassicHolds {
+		return len(top.Rungs())
+	}
 	ceil := func(a, b time.Duration) int { return int((a + b - 1) / b) }
 	retryG := max(top.RetryGranularity, time.Millisecond)
 	n := ceil(cfg.Retry.Cap, retryG) + 1
@@ -492,8 +548,8 @@ func holdBound(cfg queuey.QueueConfig, spec Queue, top rabbitmq.Topology) int {
 		}
 	}
 	deferG := max(top.DeferredGranularity, time.Millisecond)
-	if deferG%retryG == 0 && maxDefer <= cfg.Retry.Cap && top.HoldType != queuey.Quorum {
-		return n // every deferred TTL is a retry TTL too; quorum holds keep each priority apart
+	if deferG%retryG == 0 && maxDefer <= cfg.Retry.Cap {
+		return n // every deferred TTL is a retry TTL too
 	}
 	return n + ceil(maxDefer, deferG) + 1
 }
@@ -578,6 +634,15 @@ func (r *runner) pump() {
 			r.ready[i] = nil
 			for sub.pending > 0 {
 				sub.pending--
+				if sub.relay {
+					var d amqp.Delivery
+					if !receiveNow(&d, sub.in) {
+						sub.pending = 0 // the broker took them back with the channel
+						break
+					}
+					r.relayOne(sub, d)
+					continue
+				}
 				sd := r.newDelivery()
 				if !receiveNow(&sd.d, sub.in) {
 					r.recycle(sd)

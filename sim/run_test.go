@@ -114,8 +114,8 @@ func TestDroppedConnectionIsDeterministic(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, first := run(t, s, Options{})
-	if !strings.Contains(first, "settle-failed") || !strings.Contains(first, "hold-expired") {
-		t.Fatal("the scenario no longer has a settlement failing after a drop, or no hold queue expiring")
+	if !strings.Contains(first, "settle-failed") || !strings.Contains(first, " relay ") {
+		t.Fatal("the scenario no longer has a settlement failing after a drop, or no relay on the hold ladder")
 	}
 	for i := range 100 {
 		if _, trace := run(t, s, Options{}); trace != first {
@@ -131,31 +131,39 @@ func TestDroppedConnectionIsDeterministic(t *testing.T) {
 func TestInvariantsHoldOnMixedScenarios(t *testing.T) {
 	for _, typ := range []string{"classic", "quorum"} {
 		for _, profile := range []string{"RabbitMQ40", "RabbitMQ43"} {
-			t.Run(typ+"/"+profile, func(t *testing.T) {
-				res, trace := run(t, mixed(typ, profile), Options{})
-				requireNoViolations(t, res)
-				j := res.Jobs
-				if j.Arrived < 2000 || j.Succeeded == 0 || res.Deferrals == 0 {
-					t.Fatalf("too little happened: %+v, %d deferrals", j, res.Deferrals)
-				}
-				if res.DeadByReason["fatal"] == 0 || res.DeadByReason["attempts exhausted"] == 0 {
-					t.Fatalf("dead letters by reason: %v", res.DeadByReason)
-				}
-				if j.Malformed == 0 || j.MalformedDeadLettered != j.Malformed {
-					t.Fatalf("%d malformed bodies, %d dead-lettered", j.Malformed, j.MalformedDeadLettered)
-				}
-				for _, want := range []string{" crash ", " drop ", " restart ", " release ", " hold-expired "} {
-					if !strings.Contains(trace, want) {
-						t.Errorf("the trace has no %q event", strings.TrimSpace(want))
+			for _, holds := range []string{"quorum", "classic"} {
+				t.Run(typ+"/"+profile+"/holds="+holds, func(t *testing.T) {
+					s := mixed(typ, profile)
+					s.Topology.HoldType = holds
+					res, trace := run(t, s, Options{})
+					requireNoViolations(t, res)
+					j := res.Jobs
+					if j.Arrived < 2000 || j.Succeeded == 0 || res.Deferrals == 0 {
+						t.Fatalf("too little happened: %+v, %d deferrals", j, res.Deferrals)
 					}
-				}
-				if j.InFlight != 0 {
-					t.Errorf("%d jobs still in flight after the drain: %v", j.InFlight, res.InFlight)
-				}
-				if j.Succeeded+j.DeadLettered+j.InFlight+j.Malformed != j.Arrived {
-					t.Errorf("jobs do not add up: %+v", j)
-				}
-			})
+					if res.DeadByReason["fatal"] == 0 || res.DeadByReason["attempts exhausted"] == 0 {
+						t.Fatalf("dead letters by reason: %v", res.DeadByReason)
+					}
+					if j.Malformed == 0 || j.MalformedDeadLettered != j.Malformed {
+						t.Fatalf("%d malformed bodies, %d dead-lettered", j.Malformed, j.MalformedDeadLettered)
+					}
+					hold := " relay " // the ladder's hops
+					if holds == "classic" {
+						hold = " hold-expired "
+					}
+					for _, want := range []string{" crash ", " drop ", " restart ", " release ", hold} {
+						if !strings.Contains(trace, want) {
+							t.Errorf("the trace has no %q event", strings.TrimSpace(want))
+						}
+					}
+					if j.InFlight != 0 {
+						t.Errorf("%d jobs still in flight after the drain: %v", j.InFlight, res.InFlight)
+					}
+					if j.Succeeded+j.DeadLettered+j.InFlight+j.Malformed != j.Arrived {
+						t.Errorf("jobs do not add up: %+v", j)
+					}
+				})
+			}
 		}
 	}
 }
@@ -232,6 +240,7 @@ func TestRefusedHoldDeclaration(t *testing.T) {
 func refusedHold() Scenario {
 	return Scenario{
 		Duration: dur(time.Minute), Drain: dur(time.Minute),
+		Topology: Topology{HoldType: "classic"}, // the ladder declares no queue per hold
 		Queues: []Queue{{Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{
 			{At: dur(time.Second), Outcomes: []string{"defer", "ok"}, RetryAfter: dur(7 * time.Second)},
 		}}}}},
@@ -307,6 +316,9 @@ func TestChecksHaveTeeth(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := mixed("classic", "RabbitMQ40")
+			if c.mut == mutHoldBound {
+				s.Topology.HoldType = "classic" // the ladder's rungs are declared with the queue
+			}
 			if c.mut == mutAckFirst {
 				// A successor the broker refuses: acknowledged first, the
 				// job is gone.
@@ -335,7 +347,7 @@ func TestChecksHaveTeeth(t *testing.T) {
 func millisecondHolds() Scenario {
 	return Scenario{
 		Seed: 3, Duration: dur(4 * time.Second), Drain: dur(2 * time.Minute),
-		Topology: Topology{RetryGranularity: dur(time.Millisecond), DeferredGranularity: dur(time.Millisecond)},
+		Topology: Topology{RetryGranularity: dur(time.Millisecond), DeferredGranularity: dur(time.Millisecond), HoldType: "classic"},
 		Queues: []Queue{{
 			Workers: 2, Prefetch: 20,
 			Retry:    Retry{Base: dur(2 * time.Millisecond), Cap: dur(8 * time.Millisecond), MaxAttempts: 10},
@@ -415,6 +427,7 @@ func TestRefusedHoldsCountTowardTheQuorumDeliveryLimit(t *testing.T) {
 		t.Run(profile, func(t *testing.T) {
 			s := Scenario{
 				Duration: dur(time.Minute), Drain: dur(time.Minute), Profile: profile,
+				Topology: Topology{HoldType: "classic"}, // the ladder declares no queue per hold
 				Queues: []Queue{{Type: "quorum", Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{
 					{At: dur(time.Second), Outcomes: []string{"defer"}, RetryAfter: dur(7 * time.Second)},
 				}}}}},
@@ -470,7 +483,7 @@ func TestCancelledRunReturnsTheContextsError(t *testing.T) {
 // than straight back onto the work queue at its top priority, where a
 // handler deferring every time would spin.
 func TestZeroDelayDeferralWaitsOneGranule(t *testing.T) {
-	s := Scenario{Duration: dur(time.Second), Drain: dur(5 * time.Second), Queues: []Queue{{Workers: 1, Prefetch: 2,
+	s := Scenario{Duration: dur(time.Second), Drain: dur(10 * time.Second), Queues: []Queue{{Workers: 1, Prefetch: 2,
 		Arrivals: []Arrival{{Process: ArrivalReplay, Jobs: []ReplayJob{{Outcomes: []string{"defer", "ok"}}}}},
 		Outcome:  Outcome{RetryAfter: Dist{Dist: DistConstant}}}}}
 	res, trace := run(t, s, Options{})
@@ -478,7 +491,7 @@ func TestZeroDelayDeferralWaitsOneGranule(t *testing.T) {
 	if res.Jobs.Succeeded != 1 || res.Deferrals != 1 {
 		t.Fatalf("%+v, %d deferrals", res.Jobs, res.Deferrals)
 	}
-	if !strings.Contains(trace, "hold job=1 queue=jobs.deferred.1000 ") || !strings.Contains(trace, "priority=10 ttl=1s") {
+	if !strings.Contains(trace, "hold job=1 queue=jobs.deferred.ladder.1000 ") || !strings.Contains(trace, "priority=10 ttl=1s") {
 		t.Fatalf("the deferral for 0 did not wait one granule:\n%s", trace)
 	}
 }

@@ -84,17 +84,27 @@ type Topology struct {
 	RetryGranularity Duration `json:"retry_granularity,omitempty"`
 	// DeferredGranularity rounds deferrals. Defaults to 1s.
 	DeferredGranularity Duration `json:"deferred_granularity,omitempty"`
-	// HoldType is the hold queues' type, "classic" (the default) or
-	// "quorum" (rabbitmq.Topology.HoldType).
+	// HoldType is the hold queues' type: "quorum" (the default), the
+	// ladder of quorum queues, or "classic", one classic queue per TTL
+	// (rabbitmq.Topology.ClassicHolds).
 	HoldType string `json:"hold_type,omitempty"`
+	// HoldWarmup is how long a worker waits after declaring its queue
+	// before its first hold into the ladder (rabbitmq.Topology.HoldWarmup):
+	// the product's default, 5s, when unset; negative for none.
+	HoldWarmup Duration `json:"hold_warmup,omitempty"`
+	// Fresh starts the run on a broker without the queues: the workers
+	// create them, and with the ladder their first holds wait for its
+	// warm-up. Defaults to false: an earlier deployment declared them, its
+	// ladder warmed up, and the broker has restarted cleanly since, so
+	// every quorum queue is on disk and no hold waits.
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // rabbitmq is the backend's topology for t, defaults not filled in.
 func (t Topology) rabbitmq() rabbitmq.Topology {
 	top := rabbitmq.Topology{RetryGranularity: t.RetryGranularity.D(), DeferredGranularity: t.DeferredGranularity.D()}
-	if t.HoldType == "quorum" {
-		top.HoldType = queuey.Quorum
-	}
+	top.ClassicHolds = t.HoldType == "classic"
+	top.HoldWarmup = t.HoldWarmup.D()
 	return top
 }
 

@@ -36,6 +36,7 @@ const (
 	EvBrokerDown                        // the broker restarts, or is unreachable (Detail), until it is back
 	EvBrokerUp                          // the broker is reachable again
 	EvDialFailed                        // Worker (-1: the producer) could not connect: attempt Attempt
+	EvRelay                             // a worker moves the job from the hold ladder's relay queue to rung Queue
 )
 
 var eventNames = [...]string{
@@ -44,7 +45,7 @@ var eventNames = [...]string{
 	EvDeadLetter: "dead-letter", EvHoldCreated: "hold-created", EvHoldExpired: "hold-expired",
 	EvCrash: "crash", EvDrop: "drop", EvRestart: "restart", EvRefuse: "refuse-hold",
 	EvSettleFailed: "settle-failed", EvViolation: "VIOLATION", EvLost: "lost",
-	EvBrokerDown: "broker-down", EvBrokerUp: "broker-up", EvDialFailed: "dial-failed",
+	EvBrokerDown: "broker-down", EvBrokerUp: "broker-up", EvDialFailed: "dial-failed", EvRelay: "relay",
 }
 
 func (k EventKind) String() string {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/queuey/queuey/internal/backendclock"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -123,7 +124,26 @@ func (r *runner) arrive(q *simQueue, rj *ReplayJob) {
 func (r *runner) enqueue(q *simQueue, n uint64) {
 	r.enqueuing = n
 	r.jobArgs = simJob{queue: q.spec.Name, N: n} // by pointer: no copy put in an interface
-	if _, err := r.producer.Enqueue(r.bg, &r.jobArgs); err != nil {
+	_, err := r.producer.Enqueue(r.bg, &r.jobArgs)
+	if nr := (*notRipe)(nil); errors.As(err, &nr) {
+		// A young quorum work queue: Enqueue would wait for the warm-up
+		// (rabbitmq.Topology.HoldWarmup). Send it then, or when the
+		// producer is back.
+		if r.warming == nil {
+			r.warming = map[uint64]struct{}{}
+		}
+		r.warming[n] = struct{}{}
+		r.clk.AfterFunc(nr.d, func() {
+			delete(r.warming, n)
+			if r.producerDown {
+				r.waiting = append(r.waiting, n)
+				return
+			}
+			r.enqueue(q, n)
+		})
+		return
+	}
+	if err != nil {
 		r.failf("enqueue job %d: %v", n, err)
 	}
 }
@@ -139,6 +159,7 @@ func (r *runner) connectProducer() error {
 	if r.producerBack, err = rabbitmq.New(r.channels(conn), rabbitmq.Options{Topology: r.top}); err != nil {
 		return fmt.Errorf("sim: producer backend: %w", err)
 	}
+	backendclock.Set(r.producerBack, r.clk.Now, notRipeYet)
 	r.producer, err = queuey.NewProducer(r.bg, r.producerBack, r.configs, queuey.ProducerConfig{
 		Clock: r.clk,
 		NewID: func() string {

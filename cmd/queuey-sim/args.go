@@ -99,7 +99,7 @@ func (cfg *config) flagSet() *flag.FlagSet {
 	fs.StringVar(&cfg.queueType, "queue-type", "",
 		"type of every work queue: classic or quorum (default: the scenario's; classic if it sets none)")
 	fs.StringVar(&cfg.holdType, "hold-type", "",
-		"type of the hold queues: classic or quorum (default: the scenario's; classic if it sets none); with kill and restart faults in the scenario, the lost column shows what each loses")
+		"type of the hold queues: quorum, the ladder of quorum queues, or classic, one per TTL (default: the scenario's; quorum if it sets none); with kill and restart faults in the scenario, the lost column shows what each loses")
 	fs.StringVar(&cfg.scenario, "scenario", "",
 		"replay only: scenario file (YAML or JSON) whose first queue receives the replayed jobs (default: the default scenario)")
 	fs.BoolVar(&cfg.legacy, "compare-legacy", false,

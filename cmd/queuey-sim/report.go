@@ -90,7 +90,7 @@ func newReport(p *plan, budget int, rows []row) *report {
 	rep := &report{
 		Scenario: b.Name, Source: p.source, Seed: p.seed, Duration: b.Duration, Drain: b.Drain,
 		Profile: b.Profile, Timing: b.Timing, DeferredGranularity: b.Topology.DeferredGranularity, Budget: budget,
-		HoldType: orDefault(b.Topology.HoldType, "classic"),
+		HoldType: orDefault(b.Topology.HoldType, "quorum"),
 	}
 	for _, q := range b.Queues {
 		rep.Queues = append(rep.Queues, queueInfo{Name: q.Name, Type: q.Type, Workers: q.Workers, Prefetch: q.Prefetch})
@@ -171,8 +171,12 @@ func writeReport(w io.Writer, format string, rep *report) error {
 func writeTable(w io.Writer, rep *report) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "queuey-sim: %s (%s)\n", rep.Scenario, rep.Source)
-	fmt.Fprintf(&b, "seed %d; %s of arrivals, then %s of drain (virtual time); profile %s; deferred granularity %s; %s hold queues\n",
-		rep.Seed, fmtGranularity(rep.Duration.D()), fmtGranularity(rep.Drain.D()), rep.Profile, fmtGranularity(rep.DeferredGranularity.D()), rep.HoldType)
+	holds := "the hold ladder (quorum)"
+	if rep.HoldType == "classic" {
+		holds = "classic hold queues"
+	}
+	fmt.Fprintf(&b, "seed %d; %s of arrivals, then %s of drain (virtual time); profile %s; deferred granularity %s; %s\n",
+		rep.Seed, fmtGranularity(rep.Duration.D()), fmtGranularity(rep.Drain.D()), rep.Profile, fmtGranularity(rep.DeferredGranularity.D()), holds)
 	if t := rep.Timing; t.Exact {
 		b.WriteString("broker timing: exact (publishes land at once, timers fire on time)\n")
 	} else {
@@ -200,14 +204,16 @@ func writeTable(w io.Writer, rep *report) error {
 	return err
 }
 
-const legend = `hold queues: how many exist at once, peak and time-weighted mean.
-declarations per second: hold-queue declarations on the broker per virtual second (the
-  backend declares before every hold, so this follows the holds, not the granularity).
+const legend = `hold queues: how many exist at once, peak and time-weighted mean. The ladder's rungs
+  are fixed by the finer granularity (22 at 1s); classic ones follow the TTLs in use.
+declarations per second: hold-queue declarations on the broker per virtual second (with
+  classic holds the backend declares before every hold; the ladder declares its rungs once).
 added wait: a retry's hold, its release minus the delay asked for (the rounding up to the
-  granularity, and the broker's timer slack).
+  granularity, the broker's timer slack, and on the ladder each relay's).
 deferred wait: a released deferral's time from its release to its delivery;
 backlog wait: a new job's time from enqueue to its first delivery (both p50 and p99).
-lost: confirmed jobs the broker dropped with a hold queue that expired while they were in it.
+lost: confirmed jobs the broker dropped: with a hold queue that expired while they were in it,
+  or in a restart or kill fault of the scenario.
 invariant violations must be 0.
 `
 

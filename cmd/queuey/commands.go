@@ -71,14 +71,24 @@ func (a *app) stats(ctx context.Context, o options, in *rabbitmq.Inspector, queu
 		if len(s.Holds) == 0 {
 			continue
 		}
-		fmt.Fprintf(a.stdout, "\nhold queues of %s:\n", s.Queue)
+		// The ladder's rungs are there whether used or not: list the ones
+		// holding jobs (--json lists all).
+		fmt.Fprintf(a.stdout, "\nhold queues of %s holding jobs:\n", s.Queue)
 		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  NAME\tTTL\tTYPE\tMESSAGES")
+		empty := 0
 		for _, h := range s.Holds {
+			if h.Messages == 0 {
+				empty++
+				continue
+			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", h.Name, h.TTL, h.Type, h.Messages)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if empty > 0 {
+			fmt.Fprintf(a.stdout, "  (and %d empty)\n", empty)
 		}
 	}
 	if !listed {

@@ -34,7 +34,8 @@ func newDeployment(t *testing.T) *deployment {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{})
+	// No warm-up: this membroker is never killed.
+	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: rabbitmq.Topology{HoldWarmup: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,9 +150,9 @@ func TestCommands(t *testing.T) {
 		{name: "stats", args: []string{"stats", "jobs"}, code: 0,
 			stdout: []string{"QUEUE  READY  UNACKED  CONSUMERS  DEAD  HOLD QUEUES  HELD\njobs   2      -        0          6     -            -", "need the management API"}, dead: 6, work: 2},
 		{name: "stats with the management API", args: []string{"stats", "jobs"}, mgmt: true, code: 0,
-			stdout: []string{"jobs   2      0        0          6     1            1", "jobs.deferred.30000  30s  classic  1"}, dead: 6, work: 2},
+			stdout: []string{"jobs   2      0        0          6     23           1", "jobs.deferred.ladder.16000  16s  ladder  1", "(and 22 empty)"}, dead: 6, work: 2},
 		{name: "stats json", args: []string{"stats", "--json", "jobs"}, mgmt: true, code: 0,
-			stdout: []string{`"dead": 6`, `"ttl_ms": 30000`, `"unacked": 0`}, dead: 6, work: 2},
+			stdout: []string{`"dead": 6`, `"name": "jobs.deferred.ladder.16000"`, `"ttl_ms": 16000`, `"unacked": 0`}, dead: 6, work: 2},
 		{name: "stats unknown queue", args: []string{"stats", "nope"}, code: 1, stderr: []string{`no such queue: "nope"`, "--dead-suffix"}, dead: 6, work: 2},
 
 		{name: "ls", args: []string{"dead", "ls", "jobs"}, code: 0,

@@ -58,7 +58,7 @@ func TestObserverEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = conn.Close() }()
-		backend, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{})
+		backend, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: rabbitmq.Topology{HoldWarmup: -1}})
 		if err != nil {
 			t.Fatal(err)
 		}

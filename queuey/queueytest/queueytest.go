@@ -65,7 +65,9 @@ type Harness struct {
 type Options struct {
 	// Version is the RabbitMQ profile. Defaults to membroker.RabbitMQ43.
 	Version membroker.Version
-	// Topology overrides the backend's suffixes and granularities.
+	// Topology overrides the backend's suffixes and granularities. Its
+	// HoldWarmup defaults to none here: the harness's broker is never
+	// killed, so a young quorum queue loses nothing.
 	Topology rabbitmq.Topology
 	// Producer configures the producer; its Clock is always the harness's.
 	Producer queuey.ProducerConfig
@@ -119,6 +121,9 @@ func newHarness(t TB, opts Options, clk clock.Clock, queues []queuey.QueueConfig
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
+	if opts.Topology.HoldWarmup == 0 {
+		opts.Topology.HoldWarmup = -1
+	}
 	backend, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: opts.Topology})
 	if err != nil {
 		t.Fatalf("queueytest: backend: %v", err)

@@ -47,8 +47,10 @@ func brokerChannel(t *testing.T, h *queueytest.Harness) *membroker.Channel {
 	return ch
 }
 
+// With classic holds (rabbitmq.Topology.ClassicHolds), a retry waits in a
+// hold queue of its own TTL, declared as docs/hold-queue-expiry.md says.
 func TestRetryWaitsInItsHoldQueueAndComesBackAtPriorityZero(t *testing.T) {
-	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
+	h := queueytest.New(t, queueytest.Options{Topology: rabbitmq.Topology{ClassicHolds: true}}, jobsQueue())
 	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[Work]) error {
 		if job.Attempt == 1 {
 			return errors.New("flaky")
@@ -463,13 +465,14 @@ func TestStopTimeoutCancelsHandlersThatIgnoreTheStop(t *testing.T) {
 }
 
 // TestStopDoesNotWaitOutRequeueDelay: a job whose retry cannot be
-// published (its hold queue exists with other arguments) waits RequeueDelay
-// before going back to its queue, but not once the worker is stopping.
-// Virtual time never moves here, so only the stop can end that wait.
+// published (its rung of the hold ladder was deleted, so the broker returns
+// it) waits RequeueDelay before going back to its queue, but not once the
+// worker is stopping. Virtual time never moves here, so only the stop can
+// end that wait.
 func TestStopDoesNotWaitOutRequeueDelay(t *testing.T) {
 	h := queueytest.New(t, queueytest.Options{}, jobsQueue())
 	ch := brokerChannel(t, h)
-	if _, err := ch.QueueDeclare("jobs.deferred.2000", true, false, false, false, amqp.Table{"x-message-ttl": int32(5)}); err != nil {
+	if _, err := ch.QueueDelete("jobs.deferred.ladder.2000", false, false, false); err != nil {
 		t.Fatal(err)
 	}
 	ran := make(chan struct{}, 1)
