@@ -288,3 +288,23 @@ func TestRestartRegistersAYoungQuorumQueue(t *testing.T) {
 		t.Fatalf("a quorum queue crashed just after a clean restart has %d messages, want 1", got)
 	}
 }
+
+// NextEvent is the next expiry the broker has armed, and nothing once the
+// message has expired.
+func TestNextEvent(t *testing.T) {
+	e := newEnvWith(t, Config{Version: RabbitMQ43})
+	e.redial(true)
+	if _, ok := e.b.NextEvent(); ok {
+		t.Fatal("an idle broker has a next event")
+	}
+	e.declare("hold", amqp.Table{"x-queue-type": "quorum", "x-message-ttl": int64(1500)})
+	start := e.clk.Now()
+	e.publish("hold", "a", persistent)
+	if at, ok := e.b.NextEvent(); !ok || at.Sub(start) != 1500*time.Millisecond {
+		t.Fatalf("next event at %v (%t), want 1.5 s after the publish", at.Sub(start), ok)
+	}
+	e.advance(1500 * time.Millisecond)
+	if at, ok := e.b.NextEvent(); ok {
+		t.Fatalf("a next event at %v after the only message expired", at.Sub(start))
+	}
+}

@@ -1,6 +1,8 @@
 package membroker
 
 import (
+	"time"
+
 	"slices"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -19,6 +21,21 @@ type QueueInfo struct {
 	Ready     int      // messages waiting to be delivered
 	Unacked   int      // messages delivered and not yet settled
 	Consumers []string // consumer tags, sorted
+}
+
+// NextEvent reports the earliest virtual instant after now at which the
+// broker will act without being called (a message's expiry, a queue's
+// x-expires), if it has one. A driver of a mock clock steps to it, lets
+// the broker's clients answer what happened there (a relay of the hold
+// ladder, say), and steps on, rather than jumping past it. Nothing may
+// turn out to happen at that instant.
+func (b *Broker) NextEvent() (time.Time, bool) {
+	b.lock()
+	defer b.unlock()
+	if b.events.Len() == 0 {
+		return time.Time{}, false
+	}
+	return b.events.Min().at, true
 }
 
 // Queues describes every queue, sorted by name.

@@ -730,15 +730,23 @@ func (b *Backend) keepDeadQueue(open func() (Channel, error), queue, dead string
 // been declared through this backend but must exist (ErrReturned
 // otherwise). A positive one needs env.Queue declared through this backend
 // (queuey.ErrUnknownQueue otherwise) and at most MaxHoldTTL milliseconds
-// (queuey.ErrDelayTooLong otherwise); the hold queue is declared on the
-// hold channel immediately before every publish into it, never cached, so
-// an idle hold queue that expired comes back. A refused hold-queue
+// (queuey.ErrDelayTooLong otherwise). With the hold ladder (the default) it
+// goes to the first rung of its walk (docs/hold-ladder.md), at priority 0
+// with its own priority and what remains in headers; a consumer of
+// env.Queue relays it on. With ClassicHolds its hold queue is declared on
+// the hold channel immediately before every publish into it, never cached,
+// so an idle hold queue that expired comes back; a refused hold-queue
 // declaration (one that exists with other arguments) is logged at WARN and
 // returned, wrapping the *amqp.Error.
 //
+// With the ladder, a hold, and a publish into a quorum work queue, first
+// waits out what remains of Topology.HoldWarmup after this process first
+// declared env.Queue, unless the ladder's warm marker existed then; ctx
+// bounds that wait.
+//
 // A deferral is published at the queue's top priority (see
-// queuey.QueueConfig.TopPriority), which the hold queue keeps when it
-// releases the job. On a classic queue with x-max-priority that puts it
+// queuey.QueueConfig.TopPriority), which it comes back to its queue with
+// (the relay restores it; a classic hold queue keeps it). On a classic queue with x-max-priority that puts it
 // ahead of everything still on the queue. On a quorum queue it is a
 // priority in the high tier: RabbitMQ 4.0 to 4.2 serve two tiers 2:1 (high
 // first, but one normal message for every two high ones when both wait),

@@ -13,36 +13,46 @@
 //     limit lands there instead of vanishing.
 //   - q + ".dead" (the suffix is configurable) holds dead-lettered jobs,
 //     with headers x-death-reason, x-original-queue and x-attempts.
-//   - q + ".deferred." + TTL in milliseconds are the hold queues. Every wait
-//     goes through one: a retry's backoff, an enqueue-after delay and a
-//     deferral alike. A hold queue's only job is to expire its messages back
-//     onto q after its TTL; since every message in it has the same TTL it
-//     drains in publish order, so a short wait is never stuck behind a long
-//     one (RabbitMQ expires messages only at the head of a queue, which is
-//     what breaks a shared wait queue with per-message expirations).
+//   - q + ".deferred.ladder." + TTL in milliseconds are the rungs of q's
+//     hold ladder, for TTL = base·2^k up to 2147483647 ms, base being the
+//     finer granularity (22 rungs at 1 s), with q + ".deferred.relay"
+//     between them and q + ".deferred.warm", an empty marker. Every wait
+//     goes through them: a retry's backoff, an enqueue-after delay and a
+//     deferral alike. A wait of TTL ms waits in the longest rung that fits
+//     what remains, which releases it into the relay queue; a consumer of q
+//     made by Consume publishes it into the next rung, or once nothing
+//     remains back onto q at its priority (Backend.Relay). Every rung is a
+//     quorum queue of one TTL, dead-lettering at least once
+//     (x-dead-letter-strategy at-least-once, x-overflow reject-publish):
+//     a short wait is never stuck behind a long one (RabbitMQ expires
+//     messages only at the head of a queue, which is what breaks a shared
+//     wait queue with per-message expirations), nothing is released early
+//     (the rungs add up to the wait), and a held job survives a broker
+//     restart and a kill -9. The rungs are declared with q, once; their
+//     number is bounded whatever the delays. Delays are rounded up, never
+//     down, to a granularity; the longest is 2147483647 ms (about 24.8
+//     days), and a longer delay is refused, never clamped. q + ".dead" is a
+//     quorum queue too. Topology.HoldWarmup and docs/hold-ladder.md say why
+//     a process's first holds on a new ladder wait 5 s.
 //
-// A hold queue is declared immediately before every publish into it, never
-// cached, with arguments that are a pure function of its name: an explicit
-// classic type, x-message-ttl = TTL, x-expires = TTL + max(TTL, 60 s), and
-// dead-lettering to q on the default exchange. An idle
-// hold queue therefore deletes itself, and two processes running the same
-// rule always agree on its arguments (a configurable x-expires would let
-// them disagree and have every publish refused). Delays are rounded up,
-// never down, to a granularity; the longest TTL is 2147483647 ms (about
-// 24.8 days), and a longer delay is refused, never clamped.
-//
-// With Topology.HoldType queuey.Quorum, for a cluster, hold queues are
-// instead quorum queues named q + ".deferred.quorum." + TTL, releasing their
-// jobs with at-least-once dead-lettering (x-dead-letter-strategy
-// at-least-once, x-overflow reject-publish) and never deleted by the
-// broker, and q + ".dead" is a quorum queue too (docs/quorum-holds.md).
-//
+// With Topology.ClassicHolds, hold queues are instead classic queues named
+// q + ".deferred." + TTL, one per TTL, releasing straight onto q at most
+// once: cheaper, but a broker restart or a kill -9 can lose held jobs
+// (docs/rabbitmq-semantics.md §13). Such a hold queue is declared
+// immediately before every publish into it, never cached, with arguments
+// that are a pure function of its name: an explicit classic type,
+// x-message-ttl = TTL, x-expires = TTL + max(TTL, 60 s), and
+// dead-lettering to q on the default exchange. An idle hold queue
+// therefore deletes itself, and two processes running the same rule
+// always agree on its arguments (a configurable x-expires would let them
+// disagree and have every publish refused).
+
 // Every message the backend publishes carries the header
 // x-queuey-publish-id, a number unique per publishing channel, by which it
 // matches a message the broker returns to the publish that sent it;
 // consumers can ignore it.
 //
-// # Hold-queue expiry
+// # Hold-queue expiry (classic holds)
 //
 // RabbitMQ deletes a queue nobody has declared, consumed from or fetched
 // from for its x-expires, and the messages still inside go with it, never

@@ -18,8 +18,10 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,17 +63,43 @@ func command(env string, args ...string) error {
 }
 
 func TestLiveFaultCloseAllConnectionsUnderLoad(t *testing.T) {
-	runFaultWorkload(t, false, func() error {
+	runFaultWorkload(t, false, 6*time.Second, func() error {
 		return command("QUEUEY_RABBITMQCTL", "close_all_connections", "queuey fault test")
 	})
 }
 
+// faultRuns is how many runs each restart and kill workload makes:
+// QUEUEY_FAULT_RUNS, 1 by default.
+func faultRuns() int {
+	if n, err := strconv.Atoi(os.Getenv("QUEUEY_FAULT_RUNS")); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
+
+// faultTimes are when, into the run, the fault of run i starts, in turn:
+// within its first second, while every queue is younger than Ra's
+// registration and the hold ladder warms up (HoldWarmup, 5 s), and after,
+// with holds on the rungs and in the relay queue.
+var faultTimes = []time.Duration{40 * time.Millisecond, 6 * time.Second, 900 * time.Millisecond, 7500 * time.Millisecond, 9 * time.Second}
+
+// forFaultRuns runs workload faultRuns times, each as a subtest with its
+// fault time.
+func forFaultRuns(t *testing.T, workload func(t *testing.T, at time.Duration)) {
+	for i := range faultRuns() {
+		at := faultTimes[i%len(faultTimes)]
+		t.Run(fmt.Sprintf("run=%d/at=%s", i+1, at), func(t *testing.T) { workload(t, at) })
+	}
+}
+
 func TestLiveFaultBrokerRestartUnderLoad(t *testing.T) {
-	runFaultWorkload(t, true, func() error {
-		if err := command("QUEUEY_RABBITMQCTL", "stop_app"); err != nil {
-			return err
-		}
-		return command("QUEUEY_RABBITMQCTL", "start_app")
+	forFaultRuns(t, func(t *testing.T, at time.Duration) {
+		runFaultWorkload(t, true, at, func() error {
+			if err := command("QUEUEY_RABBITMQCTL", "stop_app"); err != nil {
+				return err
+			}
+			return command("QUEUEY_RABBITMQCTL", "start_app")
+		})
 	})
 }
 
@@ -79,11 +107,13 @@ func TestLiveFaultKillNineUnderLoad(t *testing.T) {
 	if os.Getenv("QUEUEY_RABBITMQ_SCRIPT") == "" {
 		t.Skip("QUEUEY_RABBITMQ_SCRIPT not set: skipping a fault test that kills the broker (see .ci/run)")
 	}
-	runFaultWorkload(t, true, func() error {
-		if err := command("QUEUEY_RABBITMQ_SCRIPT", "kill"); err != nil {
-			return err
-		}
-		return command("QUEUEY_RABBITMQ_SCRIPT", "start")
+	forFaultRuns(t, func(t *testing.T, at time.Duration) {
+		runFaultWorkload(t, true, at, func() error {
+			if err := command("QUEUEY_RABBITMQ_SCRIPT", "kill"); err != nil {
+				return err
+			}
+			return command("QUEUEY_RABBITMQ_SCRIPT", "start")
+		})
 	})
 }
 
@@ -208,8 +238,8 @@ func (f *faultTally) run(n int, j *queuey.Job[faultJob], outcome string) {
 	f.last[n] = fmt.Sprintf("attempt %d, %d deferrals, %s at %s", j.Attempt, j.Deferrals, outcome, f.lastRun.Sub(f.start).Round(time.Millisecond))
 }
 
-// runFaultWorkload runs the workload, starts fault once a fifth of the jobs
-// are enqueued, keeps enqueueing while it runs, and checks the outcome.
+// runFaultWorkload runs the workload, starts fault at into the run,
+// beside the enqueueing and the workers, and checks the outcome.
 //
 // restarts says the fault restarts the broker. Then a job whose successor
 // was waiting in a classic hold queue may be lost: RabbitMQ dead-letters
@@ -218,7 +248,7 @@ func (f *faultTally) run(n int, j *queuey.Job[faultJob], outcome string) {
 // that expires while its work queue is stopping or not yet recovered
 // drops the job. Such losses are counted and printed
 // (docs/reconnection.md); any other loss fails the test.
-func runFaultWorkload(t *testing.T, restarts bool, fault func() error) {
+func runFaultWorkload(t *testing.T, restarts bool, at time.Duration, fault func() error) {
 	url := os.Getenv("AMQP_URL")
 	if url == "" {
 		t.Skip("AMQP_URL not set: skipping a test that needs a live RabbitMQ (scripts/rabbitmq start)")
@@ -239,21 +269,23 @@ func runFaultWorkload(t *testing.T, restarts bool, fault func() error) {
 	fleet := startFaultFleet(t, []string{url}, opts, queues)
 	producer, tally := fleet.producer, fleet.tally
 
-	// Enqueue, the fault starting a fifth of the way in and running
+	// Enqueue, the fault starting at at and running
 	// beside the producer and the workers.
 	confirmed := map[int]bool{}
 	var maybe []int
 	faultDone := make(chan error, 1)
 	var back time.Time // when fault returned: the broker is back
 	start := time.Now()
+	faultAt := 0 // the job being enqueued then
+	var enqueuing atomic.Int64
+	time.AfterFunc(at, func() {
+		faultAt = int(enqueuing.Load())
+		err := fault()
+		back = time.Now()
+		faultDone <- err
+	})
 	for n := 1; n <= faultJobs; n++ {
-		if n == faultJobs/5 {
-			go func() {
-				err := fault()
-				back = time.Now()
-				faultDone <- err
-			}()
-		}
+		enqueuing.Store(int64(n))
 		ectx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		_, err := producer.Enqueue(ectx, faultJob{N: n})
 		cancel()
@@ -296,9 +328,9 @@ func runFaultWorkload(t *testing.T, restarts bool, fault func() error) {
 		if len(missing) == 0 {
 			break
 		}
-		if idle > 15*time.Second {
+		if idle > faultIdle(opts.Topology, restarts) {
 			depths := faultQueueDepths(t, url, opts.Topology.WithDefaults())
-			if !restarts || len(held) < len(missing) {
+			if !restarts || len(held) < len(missing) || !opts.Topology.ClassicHolds {
 				t.Fatalf("%d confirmed jobs have not ended, last handler run %s ago, the fault ended at %s: %s\nqueues: %s",
 					len(missing), idle.Round(time.Second), back.Sub(tally.start).Round(time.Millisecond),
 					strings.Join(missing, "; "), depths)
@@ -334,9 +366,9 @@ func runFaultWorkload(t *testing.T, restarts bool, fault func() error) {
 		recovery = max(recovery, at.Sub(back))
 	}
 	reconnections := len(connected)
-	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued (%d of them ran), %d lost (%d of them in classic hold queues across the restart), %d dead-lettered, %d duplicates, %d handler runs, "+
+	t.Logf("RESULT %s (hold ladder: %t, fault %s into the run, at job %d): %d jobs, %d confirmed, %d maybe-enqueued (%d of them ran), %d lost (%d of them in classic hold queues across the restart), %d dead-lettered, %d duplicates, %d handler runs, "+
 		"workers reconnected %d times, the last %s after the broker was back",
-		t.Name(), faultJobs, len(confirmed), len(maybe), maybeRan, lost, len(lostInHolds), dead, duplicates, tally.runs, reconnections, recovery.Round(time.Millisecond))
+		t.Name(), !opts.Topology.ClassicHolds, at, faultAt, faultJobs, len(confirmed), len(maybe), maybeRan, lost, len(lostInHolds), dead, duplicates, tally.runs, reconnections, recovery.Round(time.Millisecond))
 	if dead != 0 {
 		t.Errorf("%d jobs were dead-lettered; none should be", dead)
 	}
@@ -346,6 +378,23 @@ func runFaultWorkload(t *testing.T, restarts bool, fault func() error) {
 	if limit := faultBackoff.Max + 5*time.Second; recovery > limit {
 		t.Errorf("a worker reconnected %s after the broker was back, over the backoff cap plus 5 s (%s)", recovery, limit)
 	}
+}
+
+// faultIdle is how long the fault workloads wait for a job while nothing
+// runs before they call the jobs still missing lost: 15 s; after a restart
+// with the ladder, 200 s, since a quorum rung whose dead letter the restart
+// left unconfirmed sends it again only after
+// dead_letter_worker_publisher_confirm_timeout, 180 s by default
+// (docs/rabbitmq-semantics.md §13.1), or QUEUEY_DLX_CONFIRM_TIMEOUT if the
+// broker was configured with another.
+func faultIdle(top Topology, restarts bool) time.Duration {
+	if !restarts || top.ClassicHolds {
+		return 15 * time.Second
+	}
+	if d, err := time.ParseDuration(os.Getenv("QUEUEY_DLX_CONFIRM_TIMEOUT")); err == nil {
+		return d + 20*time.Second
+	}
+	return 200 * time.Second
 }
 
 // faultQueueDepths says how many messages (ready and unacknowledged) each of

@@ -16,18 +16,23 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// BenchmarkHoldPublish measures the price of quorum hold queues: holds per
-// second through Backend.Publish (declare the hold queue, publish, wait for
-// the confirm) from 1 and 8 goroutines on one backend, into classic and
-// into quorum hold queues of a quorum work queue, on the live three-node
-// cluster at AMQP_CLUSTER_URLS (connected to its first node). Each hold
+// BenchmarkHoldPublish measures the price of the hold ladder: holds per
+// second through Backend.Publish (with classic holds: declare the hold
+// queue, publish, wait for the confirm; on the ladder: publish into the
+// first rung, wait for the confirm) from 1 and 8 goroutines on one backend,
+// for a quorum work queue, on the live three-node cluster at
+// AMQP_CLUSTER_URLS (connected to its first node), or on the one node at
+// AMQP_URL. Each hold
 // waits a minute, so none is released during the run, spread over 10 hold
 // queues (TTLs of 60 to 69 s). ns/op is the wall time per confirmed hold;
 // compare with benchstat -col /holds. Without AMQP_CLUSTER_URLS it skips.
 func BenchmarkHoldPublish(b *testing.B) {
 	urls := strings.Split(os.Getenv("AMQP_CLUSTER_URLS"), ",")
 	if urls[0] == "" {
-		b.Skip("AMQP_CLUSTER_URLS not set: skipping the cluster benchmark (scripts/rabbitmq cluster start)")
+		urls[0] = os.Getenv("AMQP_URL") // one node
+	}
+	if urls[0] == "" {
+		b.Skip("neither AMQP_CLUSTER_URLS nor AMQP_URL set: skipping the hold benchmark (scripts/rabbitmq start, or cluster start)")
 	}
 	for _, holds := range []string{"classic", "ladder"} {
 		b.Run("holds="+holds, func(b *testing.B) {
@@ -46,7 +51,7 @@ func benchHolds(b *testing.B, url string, holds string, par int) {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	top := Topology{DeferredGranularity: time.Second, ClassicHolds: holds == "classic"}
+	top := Topology{DeferredGranularity: time.Second, ClassicHolds: holds == "classic", HoldWarmup: -1}
 	backend, err := New(Channels(conn.Channel), Options{Topology: top})
 	if err != nil {
 		b.Fatal(err)

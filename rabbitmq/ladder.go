@@ -65,6 +65,18 @@ func (t Topology) Rungs() []int64 {
 	return rungs
 }
 
+// LadderQueues lists the queues the hold ladder adds for queue: its relay
+// queue, its warm marker and its rungs (Rungs). Deleting a work queue for
+// good means deleting these too, and its dead-letter queue: quorum
+// queues are never deleted by the broker.
+func (t Topology) LadderQueues(queue string) []string {
+	names := []string{t.RelayQueue(queue), t.WarmQueue(queue)}
+	for _, ttl := range t.Rungs() {
+		names = append(names, t.LadderQueue(queue, ttl))
+	}
+	return names
+}
+
 // rung picks the rung for a job that still waits remaining ms (> 0): the
 // longest rung no longer than that, or the shortest if it is shorter
 // than the shortest (rounding up: never early). after is what remains

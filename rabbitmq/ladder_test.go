@@ -242,12 +242,6 @@ func TestLadderDeferralComesBackAheadOfTheBacklog(t *testing.T) {
 	})
 }
 
-// ladderNames are the queues the ladder adds for queue: its relay queue,
-// its warm marker and its rungs, for tests to delete on a live broker.
-func ladderNames(top Topology, queue string) []string {
-	names := []string{top.RelayQueue(queue), top.WarmQueue(queue)}
-	for _, ttl := range top.Rungs() {
-		names = append(names, top.LadderQueue(queue, ttl))
-	}
-	return names
-}
+// ladderNames is Topology.LadderQueues, for tests to delete on a live
+// broker.
+func ladderNames(top Topology, queue string) []string { return top.LadderQueues(queue) }

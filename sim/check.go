@@ -513,6 +513,7 @@ func (r *runner) relayed(qr queueRole, ev membroker.Event) {
 		h := &j.holds[k]
 		h.hops++
 		h.rungAt, h.rung = r.now(), rungTTL(ev.Queue)
+		r.res.Relays++
 		r.emit(Event{Kind: EvRelay, Job: j.n, Queue: ev.Queue, Worker: -1})
 	case roleWork:
 		r.released(qr.q, j, ev, key)

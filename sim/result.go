@@ -49,6 +49,12 @@ type Result struct {
 	// changes. Zero for a Legacy run, which declares no hold queues.
 	HoldDeclarations      int     `json:"hold_declarations"`
 	DeclarationsPerSecond float64 `json:"declarations_per_second"`
+	// Relays counts the hold ladder's relays from a rung to the next: a
+	// delivery from the relay queue and a publish, the ladder's price for a
+	// fine granularity (a hold takes one rung per binary digit of its TTL
+	// in granules). The relay back to the work queue is not counted.
+	Relays          int     `json:"relays"`
+	RelaysPerSecond float64 `json:"relays_per_second"`
 
 	ViolationCount        int         `json:"violation_count"`
 	ViolationsByInvariant map[int]int `json:"violations_by_invariant"` // all of them, by invariant number
@@ -88,6 +94,7 @@ func (r *runner) finish() *Result {
 	if now > 0 {
 		res.HoldQueuesMean = res.holdArea / float64(now)
 		res.DeclarationsPerSecond = float64(res.HoldDeclarations) / now.Seconds()
+		res.RelaysPerSecond = float64(res.Relays) / now.Seconds()
 	}
 	res.Virtual = Duration(now)
 

@@ -46,7 +46,7 @@ func TestLiveSession(t *testing.T) {
 		if err != nil {
 			return
 		}
-		for _, name := range []string{q, q + ".dead"} {
+		for _, name := range append([]string{q, q + ".dead"}, rabbitmq.Topology{}.LadderQueues(q)...) {
 			_, _ = ch.QueueDelete(name, false, false, false)
 		}
 	}()

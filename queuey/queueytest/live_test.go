@@ -71,8 +71,11 @@ func liveQueueName() string {
 var liveRetry = queuey.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3, Jitter: queuey.NoJitter}
 
 // liveTopology rounds holds to the second, so that a test knows which hold
-// queues it may have created.
-var liveTopology = rabbitmq.Topology{RetryGranularity: time.Second, DeferredGranularity: time.Second}
+// queues it may have created. These checks compare one classic hold queue
+// per TTL with the live broker (ClassicHolds); the default ladder is held
+// to live RabbitMQ by package rabbitmq (TestBackendHolds, the fault
+// workloads).
+var liveTopology = rabbitmq.Topology{RetryGranularity: time.Second, DeferredGranularity: time.Second, ClassicHolds: true}
 
 // liveRun is one handler run, timed.
 type liveRun struct {
@@ -140,7 +143,7 @@ func newLiveRig(t *testing.T, cfg queuey.QueueConfig, holdTTLs ...int64) *liveRi
 			t.Errorf("cleanup: %v", err)
 			return
 		}
-		names := []string{q, liveTopology.DeadQueue(q)}
+		names := append([]string{q, liveTopology.DeadQueue(q)}, liveTopology.LadderQueues(q)...)
 		for _, ttl := range holdTTLs {
 			names = append(names, liveTopology.HoldQueue(q, ttl))
 		}

@@ -55,6 +55,7 @@ type Harness struct {
 	Worker   *queuey.Worker
 	Log      *RunLog
 	topology rabbitmq.Topology
+	queues   []string // the names of its queues
 	// stopTimeout is the worker's StopTimeout, defaults applied.
 	stopTimeout time.Duration
 	started     bool
@@ -149,8 +150,12 @@ func newHarness(t TB, opts Options, clk clock.Clock, queues []queuey.QueueConfig
 	if err != nil {
 		t.Fatalf("queueytest: worker: %v", err)
 	}
+	names := make([]string, len(queues))
+	for i, q := range queues {
+		names[i] = q.Name
+	}
 	return &Harness{t: t, Broker: b, Backend: backend, Producer: producer, Worker: worker,
-		Log: &RunLog{}, topology: opts.Topology.WithDefaults(), stopTimeout: wcfg.StopTimeout}
+		Log: &RunLog{}, topology: opts.Topology.WithDefaults(), queues: names, stopTimeout: wcfg.StopTimeout}
 }
 
 // Handle registers fn for jobs of T's kind, recording every run in h.Log,
@@ -244,11 +249,48 @@ func (h *Harness) Advance(d time.Duration) {
 		h.t.Fatalf("queueytest: Advance(%v): time does not go back", d)
 	}
 	if !h.bubble {
-		h.Clock.Add(d)
+		h.advanceMock(d)
 		return
 	}
 	time.Sleep(d)
 	synctest.Wait()
+}
+
+// advanceMock is Advance on the mock clock. It steps from one broker event
+// to the next (membroker.Broker.NextEvent) and, at each, waits for the
+// worker to relay what a rung of the hold ladder released, so that the
+// next rung's TTL counts from that instant, as it would in real time,
+// rather than from the end of a jump.
+func (h *Harness) advanceMock(d time.Duration) {
+	target := h.Clock.Now().Add(d)
+	for {
+		next, ok := h.Broker.NextEvent()
+		if !ok || next.After(target) {
+			h.Clock.Add(target.Sub(h.Clock.Now()))
+			return
+		}
+		h.Clock.Add(max(next.Sub(h.Clock.Now()), 0))
+		h.awaitRelays()
+	}
+}
+
+// awaitRelays waits, up to 5 s of real time, until every relay queue of the
+// harness's queues is empty and nothing taken from one is unsettled: the
+// worker has moved every job a rung released on.
+func (h *Harness) awaitRelays() {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		busy := false
+		for _, q := range h.queues {
+			if r, ok := h.Broker.Queue(h.topology.RelayQueue(q)); ok && r.Ready+r.Unacked > 0 && len(r.Consumers) > 0 {
+				busy = true
+			}
+		}
+		if !busy {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Settle returns once everything that can happen without time moving has
