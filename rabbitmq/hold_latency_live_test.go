@@ -17,13 +17,13 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-type latencyJob struct {
-	N     int
-	queue string
-}
+type latencyJob struct{ N int }
 
-func (latencyJob) Kind() string    { return "latency-job" }
-func (j latencyJob) Queue() string { return j.queue }
+func (latencyJob) Kind() string  { return "latency-job" }
+func (latencyJob) Queue() string { return latencyQueue }
+
+// latencyQueue is the queue of the running arm (one at a time).
+var latencyQueue string
 
 // TestLiveRetryLatency measures the end-to-end retry latency the ladder
 // adds against classic holds, side by side on the broker at AMQP_URL (or
@@ -60,6 +60,7 @@ func retryLatency(t *testing.T, url string, classic bool, backoff time.Duration)
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	q := "queuey-latency-" + hex.EncodeToString(rnd[:])
+	latencyQueue = q
 	top := Topology{ClassicHolds: classic, HoldWarmup: -1} // nothing is killed here
 	opts := Options{Topology: top}
 	queues := []queuey.QueueConfig{{Name: q, Prefetch: 50,
@@ -111,7 +112,7 @@ func retryLatency(t *testing.T, url string, classic bool, backoff time.Duration)
 		go func() { _ = w.Run(ctx) }()
 	}
 	for n := range jobs {
-		if _, err := producer.Enqueue(ctx, latencyJob{N: n, queue: q}); err != nil {
+		if _, err := producer.Enqueue(ctx, latencyJob{N: n}); err != nil {
 			t.Fatal(err)
 		}
 	}
