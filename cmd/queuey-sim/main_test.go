@@ -507,6 +507,21 @@ func TestRecommend(t *testing.T) {
 	}
 }
 
+// TestRecommendLadder picks, for the ladder, the finest granularity whose
+// relays stay within twice the fewest.
+func TestRecommendLadder(t *testing.T) {
+	rows := []rowReport{
+		{Label: "1ms", Granularity: sim.Duration(time.Millisecond), RelaysPerSecond: 238},
+		{Label: "100ms", Granularity: sim.Duration(100 * time.Millisecond), RelaysPerSecond: 64},
+		{Label: "1s", Granularity: sim.Duration(time.Second), RelaysPerSecond: 40},
+		{Label: "10s", Granularity: sim.Duration(10 * time.Second), RelaysPerSecond: 35},
+		{Label: "legacy (1s)", Legacy: true},
+	}
+	if r := recommendLadder(rows); !r.Found || r.Granularity.D() != 100*time.Millisecond || !strings.Contains(r.Text, "fewest (35.0, at 10s)") {
+		t.Errorf("%+v", r)
+	}
+}
+
 // TestFmtDur writes durations with three significant figures and a unit.
 func TestFmtDur(t *testing.T) {
 	for d, want := range map[time.Duration]string{

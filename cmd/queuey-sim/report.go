@@ -99,7 +99,11 @@ func newReport(p *plan, budget int, rows []row) *report {
 	for _, r := range rows {
 		rep.Rows = append(rep.Rows, newRowReport(r))
 	}
-	rep.Recommendation = recommend(rep.Rows, budget)
+	if rep.HoldType == "classic" {
+		rep.Recommendation = recommend(rep.Rows, budget)
+	} else {
+		rep.Recommendation = recommendLadder(rep.Rows)
+	}
 	return rep
 }
 
@@ -152,6 +156,36 @@ func recommend(rows []rowReport, budget int) recommendation {
 	}
 	return recommendation{Text: fmt.Sprintf("none: no granularity keeps peak hold queues within the budget of %d "+
 		"(the fewest, %d, at %s); raise --budget or add coarser granularities", budget, rows[fewest].HoldQueuesPeak, rows[fewest].Label)}
+}
+
+// recommendLadder picks, for the hold ladder, whose number of hold queues
+// hardly depends on the granularity, the finest granularity whose relays
+// per second are at most twice the fewest of any row: a finer one rounds
+// less but relays more (one rung per binary digit of a delay in granules).
+func recommendLadder(rows []rowReport) recommendation {
+	fewest := -1
+	for i, r := range rows {
+		if !r.Legacy && (fewest < 0 || r.RelaysPerSecond < rows[fewest].RelaysPerSecond) {
+			fewest = i
+		}
+	}
+	if fewest < 0 {
+		return recommendation{Text: "none: no granularity was simulated"}
+	}
+	for _, r := range rows {
+		if r.Legacy || r.RelaysPerSecond > 2*rows[fewest].RelaysPerSecond {
+			continue
+		}
+		s := r.AddedWait
+		return recommendation{
+			Found: true, Granularity: r.Granularity, Peak: r.HoldQueuesPeak, AddedWait: s,
+			Text: fmt.Sprintf("retry granularity %s: the finest whose relays (%s a second) stay within twice the fewest (%s, at %s); "+
+				"its rounding adds p50 %s, p99 %s, max %s of wait to each hold",
+				r.Label, fmtRate(r.RelaysPerSecond), fmtRate(rows[fewest].RelaysPerSecond), rows[fewest].Label,
+				fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.Max)),
+		}
+	}
+	panic("unreachable: the fewest is within twice itself")
 }
 
 // writeReport writes rep to w in format.
