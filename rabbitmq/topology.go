@@ -53,22 +53,25 @@ type Topology struct {
 	// where a lost retry is acceptable and a quorum queue is not (a broker
 	// without quorum queues).
 	//
-	// The ladder's price is a hop through the relay queue per rung a hold
-	// uses, and up to 23 idle quorum queues per work queue
-	// (docs/hold-ladder.md has the figures). A dead-letter queue is a
+	// The ladder's price is a relay per rung a hold uses (a few to a few
+	// tens of milliseconds each), and 24 quorum queues per work queue with
+	// the default granularities: 22 rungs, the relay queue and the warm
+	// marker (docs/hold-ladder.md, docs/performance.md). A dead-letter queue is a
 	// quorum queue with the ladder and a classic one with classic holds; a
 	// process finding it declared with the other type uses it as it is and
 	// logs a warning.
 	ClassicHolds bool
 	// HoldWarmup is how long after this process first declared a work
-	// queue's ladder it waits before it publishes the first hold into it:
-	// RabbitMQ forgets a quorum queue younger than about three seconds,
-	// with everything in it, on a kill -9 (docs/rabbitmq-semantics.md
-	// §13.4), so a hold waits until the ladder is older than that. Only the
-	// first holds of a process wait, and only for what remains of the
-	// warm-up. Defaults to DefaultHoldWarmup; negative means no wait, for
-	// a broker that is never killed (membroker) or a ladder an operator
-	// declared ahead. It does not apply to classic holds.
+	// queue it waits before it publishes a hold, a job into a quorum work
+	// queue, or a dead letter: RabbitMQ forgets a quorum queue younger than
+	// about 3.5 s, with everything in it, on a kill -9
+	// (docs/rabbitmq-semantics.md §13.4). Once it has waited it declares
+	// the ladder's warm marker (WarmQueue); a process that finds the marker
+	// when it declares the queue does not wait. So only a fresh
+	// deployment's first publishes wait, for what remains of the warm-up.
+	// Defaults to DefaultHoldWarmup; negative means no wait, for a broker
+	// that is never killed (membroker in tests). It does not apply with
+	// ClassicHolds.
 	HoldWarmup time.Duration
 }
 
