@@ -42,7 +42,9 @@ func TestLiveNoConfirmedJobLostAtOneMillisecondGranularity(t *testing.T) {
 	cfg := queuey.QueueConfig{Prefetch: 20, Retry: policy}
 	// Retries wait 0 to 8 ms, deferrals 3 ms: hold TTLs 1 to 8 ms.
 	r := newLiveRig(t, cfg, 1, 2, 3, 4, 5, 6, 7, 8)
-	fine := rabbitmq.Options{Topology: rabbitmq.Topology{RetryGranularity: time.Millisecond, DeferredGranularity: time.Millisecond}}
+	// Classic holds: this is the regression test of their x-expires at
+	// TTLs of a few milliseconds (docs/hold-queue-expiry.md).
+	fine := rabbitmq.Options{Topology: rabbitmq.Topology{RetryGranularity: time.Millisecond, DeferredGranularity: time.Millisecond, ClassicHolds: true}}
 
 	var (
 		mu     sync.Mutex
