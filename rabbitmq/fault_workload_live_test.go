@@ -342,6 +342,11 @@ func runFaultWorkload(t *testing.T, restarts bool, at time.Duration, fault func(
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// A fault late in the run may find every job done: the workers must
+	// still be seen consuming again before they are stopped.
+	for deadline := back.Add(faultBackoff.Max + 5*time.Second); len(fleet.reconnections()) < faultWorkers && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	fleet.stop(t)
 
 	tally.mu.Lock()
