@@ -114,10 +114,7 @@ func (r *suiteRig) queue(ttls ...int64) string {
 		r.queues = append(r.queues, top.HoldQueue(q, ttl))
 	}
 	if !top.ClassicHolds {
-		r.queues = append(r.queues, top.RelayQueue(q), top.WarmQueue(q))
-		for _, ttl := range top.Rungs() {
-			r.queues = append(r.queues, top.LadderQueue(q, ttl))
-		}
+		r.queues = append(r.queues, top.LadderQueues(q)...)
 	}
 	return q
 }

@@ -348,7 +348,7 @@ func (c clusterCheck) deleteQueues(t *testing.T) {
 	for ttl := int64(100); ttl <= 400; ttl += 100 {
 		names = append(names, top.HoldQueue(faultQueue, ttl))
 	}
-	names = append(names, ladderNames(top, faultQueue)...)
+	names = append(names, top.LadderQueues(faultQueue)...)
 	for _, name := range names {
 		ch, err := conn.Channel()
 		if err != nil {

@@ -174,7 +174,7 @@ func TestLiveFaultDefaultBackoffRecovery(t *testing.T) {
 			if ch, err := conn.Channel(); err == nil {
 				_, _ = ch.QueueDelete(q, false, false, false)
 				_, _ = ch.QueueDelete(Topology{}.DeadQueue(q), false, false, false)
-				for _, name := range ladderNames(Topology{}, q) {
+				for _, name := range (Topology{}).LadderQueues(q) {
 					_, _ = ch.QueueDelete(name, false, false, false)
 				}
 			}

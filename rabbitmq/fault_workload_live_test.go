@@ -414,7 +414,7 @@ func faultQueueDepths(t *testing.T, url string, top Topology) string {
 	for ttl := int64(100); ttl <= 400; ttl += 100 {
 		names = append(names, top.HoldQueue(faultQueue, ttl))
 	}
-	names = append(names, ladderNames(top, faultQueue)...)
+	names = append(names, top.LadderQueues(faultQueue)...)
 	var parts []string
 	for _, name := range names {
 		ch, err := conn.Channel()

@@ -139,7 +139,7 @@ func deleteLatencyQueues(url string, top Topology, q string) {
 	if err != nil {
 		return
 	}
-	names := append([]string{q, top.DeadQueue(q)}, ladderNames(top, q)...)
+	names := append([]string{q, top.DeadQueue(q)}, top.LadderQueues(q)...)
 	for s := int64(1); s <= 7; s++ {
 		names = append(names, top.HoldQueue(q, s*1000))
 	}

@@ -241,7 +241,3 @@ func TestLadderDeferralComesBackAheadOfTheBacklog(t *testing.T) {
 		}
 	})
 }
-
-// ladderNames is Topology.LadderQueues, for tests to delete on a live
-// broker.
-func ladderNames(top Topology, queue string) []string { return top.LadderQueues(queue) }
