@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -98,14 +99,24 @@ func New(t TB, opts Options, queues ...queuey.QueueConfig) *Harness {
 // run on the bubble's clock, which starts at midnight UTC, 2000-01-01, and
 // moves only when every goroutine in the bubble is blocked. So Advance and
 // Settle return once everything that can happen by then has happened, and
-// a test needs no WaitFor. A handler that waits on something outside the
-// bubble (a real network call, a channel made outside) is not durably
-// blocked: Settle then waits for it, or for ever; give it a fake made
-// inside fn. The worker stops, and everything closes, when fn returns; a
+// a test needs no WaitFor.
+//
+// A handler that waits on something outside the bubble (a real network
+// call, a channel made outside) is not durably blocked: Settle and Advance
+// wait for it in real time, with the bubble's clock stopped, so its own
+// timeouts never fire. A connection kept alive (net/http's default client
+// does) leaves a goroutine reading it for ever, and the next Settle never
+// returns. So give a handler a fake made inside fn (an http.RoundTripper
+// that answers, say), or use New, whose mock clock lets real I/O run. Host
+// name lookups are safe in a bubble: Test makes the net package's shared
+// channels outside it first (see prepareNetOutsideBubbles).
+//
+// The worker stops, and everything closes, when fn returns; a
 // goroutine a handler started and left blocked then fails the test, as
 // synctest.Test fails for any goroutine of the bubble still blocked.
 func Test(t *testing.T, opts Options, queues []queuey.QueueConfig, fn func(t *testing.T, h *Harness)) {
 	t.Helper()
+	prepareNetOutsideBubbles()
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, opts, clock.New(), queues)
 		h.bubble = true
@@ -424,4 +435,26 @@ func (l *RunLog) RunsOf(id string) []Run {
 		}
 	}
 	return out
+}
+
+// netPrepared makes prepareNetOutsideBubbles run once per test binary.
+var netPrepared sync.Once
+
+// prepareNetOutsideBubbles makes the net package create, outside any
+// bubble, the channels it otherwise creates on first use: the semaphore
+// that guards rereading /etc/resolv.conf, and the cgo resolver's thread
+// limit. A channel made inside a synctest bubble belongs to it, and
+// another bubble that sends on it crashes the whole test binary ("send on
+// synctest channel from outside bubble", golang/go#80903, open on Go 1.26):
+// so without this, the second Test whose handler resolves a host name
+// kills every test of the binary. Both lookups are answered locally (the
+// hosts file, the services table); the timeout only bounds a broken
+// system resolver.
+func prepareNetOutsideBubbles() {
+	netPrepared.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, _ = net.DefaultResolver.LookupHost(ctx, "localhost")
+		_, _ = net.DefaultResolver.LookupPort(ctx, "tcp", "http")
+	})
 }
