@@ -452,8 +452,9 @@ func countFaultDeadLetters(t *testing.T, url string) int {
 	return q.Messages
 }
 
-// deleteFaultQueues deletes the fault queue, its dead-letter queue and the
-// hold queues its retries and deferrals used.
+// deleteFaultQueues deletes the fault queue, its dead-letter queue, the
+// classic hold queues its retries and deferrals used and its ladder, so that
+// runs leave no quorum queue behind to slow the next restart.
 func deleteFaultQueues(t *testing.T, url string, top Topology) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
@@ -465,6 +466,7 @@ func deleteFaultQueues(t *testing.T, url string, top Topology) {
 	for ttl := int64(100); ttl <= 400; ttl += 100 {
 		names = append(names, top.HoldQueue(faultQueue, ttl))
 	}
+	names = append(names, top.LadderQueues(faultQueue)...)
 	for _, name := range names {
 		ch, err := conn.Channel()
 		if err != nil {

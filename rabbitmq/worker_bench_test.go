@@ -129,8 +129,8 @@ func benchConsume(b *testing.B, dial consumeDial) {
 }
 
 // consumeSetup declares a fresh queue (deleted at the end, with its
-// dead-letter queue) and fills it with b.N envelopes. It returns the queue
-// definition and an admin channel.
+// dead-letter queue and hold ladder) and fills it with b.N envelopes. It
+// returns the queue definition and an admin channel.
 func consumeSetup(b *testing.B, dial consumeDial, prefetch int) ([]queuey.QueueConfig, consumeAdmin) {
 	channels, admin := dial(b)
 	q := uniqueName("queuey-bench-consume")
@@ -138,6 +138,9 @@ func consumeSetup(b *testing.B, dial consumeDial, prefetch int) ([]queuey.QueueC
 	b.Cleanup(func() {
 		_, _ = admin.QueueDelete(q, false, false, false)
 		_, _ = admin.QueueDelete(Topology{}.DeadQueue(q), false, false, false)
+		for _, name := range (Topology{}).LadderQueues(q) {
+			_, _ = admin.QueueDelete(name, false, false, false)
+		}
 	})
 	backend, err := New(channels, Options{})
 	if err != nil {
