@@ -19,9 +19,11 @@ import (
 
 // WorkerConfig configures a Worker. The zero value is ready to use.
 type WorkerConfig struct {
-	// Logger receives the worker's logs: deferrals at INFO, retries at
-	// WARN, dead letters and failures to settle at ERROR. Defaults to
-	// discarding them.
+	// Logger receives the worker's logs: deferrals at INFO; retries, and
+	// failures to settle a job (which a dropped connection causes, and
+	// which lose nothing: the job runs again), at WARN; dead letters at
+	// ERROR, since a person must look at them. Defaults to discarding
+	// them.
 	Logger *slog.Logger
 	// Clock times the wait before a job that could not be settled is
 	// returned to its queue. Defaults to the real clock.
@@ -154,14 +156,19 @@ func Register[T JobArgs](w *Worker, h Handler[T]) error {
 	return nil
 }
 
-// Run consumes the worker's queues until ctx is done or the broker ends a
-// subscription. Up to each queue's prefetch handlers run at once. When ctx
+// Run consumes the worker's queues until ctx is done or a subscription
+// ends for good. Up to each queue's prefetch handlers run at once. When ctx
 // is done it stops consuming, waits up to StopTimeout for running handlers
-// and settles their jobs, and returns nil. When a subscription ends under
-// it (the connection dropped) it does the same and returns an error wrapping
-// the broker's. A job whose subscription ended before it was settled is
-// never settled on any other channel: the broker has requeued it already,
-// so its handler's outcome is logged and dropped.
+// and settles their jobs, and returns nil.
+//
+// What a dropped connection does depends on the backend. One that
+// reconnects (rabbitmq.Connect) keeps the subscriptions open across it:
+// Run goes on, and returns an error only once the backend stops trying
+// (wrapping rabbitmq.ErrConnectionFailed). One that does not
+// (rabbitmq.New) ends them: Run then stops as for ctx and returns an error
+// wrapping the broker's. Either way, a job whose delivery was lost with its
+// channel is never settled on another: the broker has requeued it already,
+// so its handler's outcome is logged and dropped, and the job runs again.
 //
 // Everything between a delivery and its settlement is decided by the
 // worker's core (internal/workercore, docs/worker-core.md), the same code
@@ -454,16 +461,16 @@ func (s *shell) exec(acts []coreAction) {
 		case workercore.Ack:
 			if err := a.Msg.Ack(); err != nil {
 				// The broker redelivers it: at least once, never lost.
-				log.ErrorContext(s.ctx, "queuey: ack failed", slog.String("job_id", a.Job.ID),
+				log.WarnContext(s.ctx, "queuey: ack failed; the broker redelivers the job", slog.String("job_id", a.Job.ID),
 					slog.String("queue", s.w.queues[a.Queue].Name), slog.String("error", err.Error()))
 			}
 		case workercore.Requeue:
 			if err := a.Msg.Requeue(); err != nil {
-				log.ErrorContext(s.ctx, "queuey: requeue failed; the broker redelivers it when the channel closes",
+				log.WarnContext(s.ctx, "queuey: requeue failed; the broker redelivers the job when the channel closes",
 					slog.String("job_id", a.Job.ID), slog.String("queue", s.w.queues[a.Queue].Name), slog.String("error", err.Error()))
 			}
 		case workercore.StartTimer:
-			log.ErrorContext(s.ctx, "queuey: could not settle job: returning it to its queue",
+			log.WarnContext(s.ctx, "queuey: could not settle job: returning it to its queue",
 				slog.String("job_id", a.Job.ID), slog.String("queue", s.w.queues[a.Queue].Name),
 				slog.String("error", a.Err.Error()), slog.Duration("requeue_delay", a.Delay))
 			id := a.ID

@@ -891,8 +891,10 @@ func (b *Backend) declareHold(ctx context.Context, queue string, ttl int64) (str
 		// has too. Either way the next hold starts on a fresh one.
 		_ = b.hold.Close()
 		b.hold = nil
-		b.logger.Warn("rabbitmq: hold queue declaration refused",
-			"queue", queue, "hold_queue", name, "ttl_ms", ttl, "error", err)
+		if !connectionGone(err) { // else the caller's failure to settle says it
+			b.logger.Warn("rabbitmq: hold queue declaration refused",
+				"queue", queue, "hold_queue", name, "ttl_ms", ttl, "error", err)
+		}
 		if declaredByOlderBuild(err, ttl) {
 			return "", fmt.Errorf("rabbitmq: declare hold queue %q of queue %q: it exists with x-expires %d ms (2 × TTL), "+
 				"declared by a process running an older queuey, whose rule loses jobs at small TTLs; this build declares %d ms. "+
@@ -1151,8 +1153,9 @@ func (b *Backend) Done() <-chan struct{} { return b.done }
 
 // Close closes every consumer's channel (the broker requeues their
 // unsettled deliveries), then the hold channel and the publishing channel;
-// publishes still waiting for their confirm fail. It does not close the
-// connection, which the caller owns. Later calls to the backend fail with
+// publishes still waiting for their confirm fail. A backend made by Connect
+// then closes its connection, which it owns; one made by New leaves the
+// connection to its caller. Later calls to the backend fail with
 // ErrBackendClosed. Close returns the error of closing the channels the
 // first time, nil afterwards.
 func (b *Backend) Close() error {
@@ -1190,6 +1193,30 @@ func (b *Backend) Close() error {
 		b.closeErr = errors.Join(errs...)
 	})
 	return b.closeErr
+}
+
+// Ready reports whether the backend can reach the broker now, for a
+// readiness probe: nil while it has a connection up; an error wrapping
+// ErrDisconnected while a backend made by Connect is reconnecting;
+// ErrConnectionFailed once it has stopped trying (Connect's StateFailed);
+// ErrBackendClosed after Close; and, for a backend made by New, one
+// wrapping ErrPublisherClosed once its connection has dropped, for good.
+// It never waits, and never calls the broker.
+func (b *Backend) Ready() error {
+	if err := b.checkOpen(); err != nil {
+		return err
+	}
+	if b.sup != nil {
+		_, _, err := b.sup.current()
+		return err
+	}
+	select {
+	case <-b.done:
+		p, _ := b.publisher()
+		return p.Err()
+	default:
+		return nil
+	}
 }
 
 func (b *Backend) checkOpen() error {

@@ -1120,3 +1120,21 @@ func TestPublishWhileTheBrokerBlocksSaysSo(t *testing.T) {
 		}
 	})
 }
+
+// A backend made by New is ready until its connection drops, and then
+// never again: it does not reconnect.
+func TestReadyOfABackendOnItsCallersConnection(t *testing.T) {
+	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
+	if err := r.b.Ready(); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	r.broker.CloseConnection(r.conn, &amqp.Error{Code: amqp.ConnectionForced, Reason: "CONNECTION_FORCED - broker shutdown", Server: true})
+	<-r.b.Done()
+	if err := r.b.Ready(); !errors.Is(err, ErrPublisherClosed) {
+		t.Fatalf("Ready after the connection dropped: %v, want ErrPublisherClosed", err)
+	}
+	_ = r.b.Close()
+	if err := r.b.Ready(); !errors.Is(err, ErrBackendClosed) {
+		t.Fatalf("Ready after Close: %v, want ErrBackendClosed", err)
+	}
+}

@@ -490,6 +490,17 @@ func (p *publisher) recycle(w *waiter) {
 	p.waiters.Put(w)
 }
 
+// connectionGone reports whether err came from the connection, not from a
+// refusal: the client library's closed connection or channel, a failed
+// write, the broker shutting the connection down (320 CONNECTION_FORCED),
+// or a supervised backend waiting to reconnect.
+func connectionGone(err error) bool {
+	if ae, ok := errors.AsType[*amqp.Error](err); ok && ae.Code == amqp.ConnectionForced {
+		return true
+	}
+	return errors.Is(err, amqp.ErrClosed) || errors.Is(err, ErrDisconnected) || wireError(err)
+}
+
 // wireError reports whether err is a write that failed on the wire: the
 // broker died, or the network under it.
 func wireError(err error) bool {
@@ -710,7 +721,12 @@ func (p *publisher) shutdown(cause *amqp.Error) {
 	p.mu.Unlock()
 
 	if cause != nil {
-		p.logger.Error("rabbitmq: publishing channel closed by the broker", "error", cause, "in_flight", len(inFlight))
+		// WARN: a broker's restart or a dropped connection closes it too,
+		// and nothing is for a person to do: the publishes in flight fail
+		// with ErrMaybeEnqueued, and a backend publishes on a fresh
+		// channel (or connection) next.
+		p.logger.Warn("rabbitmq: publishing channel closed by the broker; publishes in flight fail as maybe enqueued",
+			"error", cause, "in_flight", len(inFlight))
 	} else {
 		p.logger.Debug("rabbitmq: publishing channel closed", "in_flight", len(inFlight))
 	}

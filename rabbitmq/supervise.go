@@ -231,7 +231,22 @@ type ConnectOptions struct {
 	// Rand draws the uniform numbers in [0, 1) for the backoff's jitter.
 	// Defaults to math/rand/v2's Float64.
 	Rand func() float64
+	// FirstConnectTimeout bounds how long Connect dials before it has its
+	// first connection; then its error wraps context.DeadlineExceeded and
+	// the last attempt's error. Defaults to DefaultFirstConnectTimeout, 20 s: a
+	// wrong host or port fails a process's start, rather than leaving it
+	// retrying with nothing but WARN lines to show. Negative: no bound but
+	// ctx's, for a process that may start before its broker. Once
+	// connected, the backend reconnects without bound.
+	FirstConnectTimeout time.Duration
 }
+
+// DefaultFirstConnectTimeout is ConnectOptions.FirstConnectTimeout's
+// default: long enough for a broker that is restarting (a single node of
+// RabbitMQ 4.0.5 or 4.3.6 took 3 to 8 s to accept connections again in
+// the live fault runs, docs/reconnection.md), short enough to be a start
+// failure a person notices.
+const DefaultFirstConnectTimeout = 20 * time.Second
 
 // ErrDisconnected is wrapped by the error of an operation that needed the
 // connection while it was down and could not wait for it.
@@ -242,7 +257,8 @@ var ErrDisconnected = errors.New("rabbitmq: the connection is down, reconnecting
 var ErrConnectionFailed = errors.New("rabbitmq: the connection failed for good")
 
 // Connect returns a Backend that owns its connection and keeps it up: it
-// dials opts.URLs in turn until one answers, within ctx, and whenever the
+// dials copts.URLs in turn until one answers, within ctx and
+// copts.FirstConnectTimeout (20 s by default), and whenever the
 // connection drops, dials again with copts.Backoff, declares again the
 // queues declared before, reopens the publishing channel, and resumes every
 // consumer on a fresh channel. Its state changes are logged and reported to
@@ -257,7 +273,8 @@ var ErrConnectionFailed = errors.New("rabbitmq: the connection failed for good")
 //
 // Refusals that retrying cannot fix end the supervision (StateFailed):
 // access refused or a virtual host that does not exist when dialling, and a
-// queue that, declared again, exists with other arguments. Close closes the
+// queue that, declared again, exists with other arguments. Ready tells a
+// readiness probe whether the connection is up. Close closes the
 // connection.
 func Connect(ctx context.Context, copts ConnectOptions, opts Options) (*Backend, error) {
 	if len(copts.URLs) == 0 {
@@ -281,7 +298,7 @@ func Connect(ctx context.Context, copts ConnectOptions, opts Options) (*Backend,
 	}
 	s := &supervisor{opts: copts, logger: logger, up: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		loop: redial.New(len(copts.URLs), copts.Backoff.core(), copts.Rand)}
-	if err := s.dialFirst(ctx); err != nil {
+	if err := s.dialFirst(ctx, copts.FirstConnectTimeout); err != nil {
 		return nil, err
 	}
 	b, err := newBackend(s.open, opts, s)
@@ -379,8 +396,21 @@ func (s *supervisor) current() (Conn, uint64, error) {
 	return s.conn, s.gen, nil
 }
 
-// dialFirst dials until a connection is up, within ctx.
-func (s *supervisor) dialFirst(ctx context.Context) error {
+// errFirstConnectTimeout is the cause of dialFirst's context when
+// ConnectOptions.FirstConnectTimeout ends it.
+var errFirstConnectTimeout = errors.New("no broker answered within ConnectOptions.FirstConnectTimeout")
+
+// dialFirst dials until a connection is up, within ctx and timeout
+// (ConnectOptions.FirstConnectTimeout: 0 is the default, negative none).
+func (s *supervisor) dialFirst(ctx context.Context, timeout time.Duration) error {
+	if timeout == 0 {
+		timeout = DefaultFirstConnectTimeout
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%w, %v: %w", errFirstConnectTimeout, timeout, context.DeadlineExceeded))
+		defer cancel()
+	}
 	conn, ev, err := s.drive(ctx, s.loop.Start())
 	if err != nil {
 		return err
@@ -487,10 +517,14 @@ func (s *supervisor) giveUp(ctx context.Context, last error) error {
 		return ErrBackendClosed
 	default:
 	}
-	if last == nil {
-		return fmt.Errorf("rabbitmq: connecting: %w", ctx.Err())
+	why := ctx.Err()
+	if cause := context.Cause(ctx); errors.Is(cause, errFirstConnectTimeout) {
+		why = cause
 	}
-	return fmt.Errorf("rabbitmq: connecting: %w (last attempt: %w)", ctx.Err(), last)
+	if last == nil {
+		return fmt.Errorf("rabbitmq: connecting: %w", why)
+	}
+	return fmt.Errorf("rabbitmq: connecting: %w (last attempt: %w)", why, last)
 }
 
 // fatal reports whether a dial or declaration error is one retrying cannot

@@ -493,6 +493,65 @@ func TestConnectGivesUpWithItsContext(t *testing.T) {
 	})
 }
 
+func TestConnectGivesUpAfterFirstConnectTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := &memNet{broker: membroker.New(membroker.Config{Version: membroker.RabbitMQ40}), down: true}
+		start := time.Now()
+		_, err := Connect(t.Context(), ConnectOptions{URLs: []string{secretURL}, Dial: n.dial}, Options{})
+		took := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "FirstConnectTimeout") ||
+			!strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "s3cr3t") {
+			t.Fatalf("Connect: %v", err)
+		}
+		if took != DefaultFirstConnectTimeout {
+			t.Errorf("Connect gave up after %v, want the default bound %v", took, DefaultFirstConnectTimeout)
+		}
+		if len(n.dials) < 3 {
+			t.Errorf("%d dials within the bound, want several", len(n.dials))
+		}
+	})
+}
+
+func TestConnectWithoutABoundWaitsForALateBroker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := &memNet{broker: membroker.New(membroker.Config{Version: membroker.RabbitMQ40}), down: true}
+		time.AfterFunc(time.Minute, func() {
+			n.mu.Lock()
+			n.down = false
+			n.mu.Unlock()
+		})
+		start := time.Now()
+		b, err := Connect(t.Context(), ConnectOptions{URLs: []string{secretURL}, Dial: n.dial, FirstConnectTimeout: -1}, Options{})
+		if err != nil {
+			t.Fatalf("Connect: %v", err)
+		}
+		defer b.Close()
+		if took := time.Since(start); took < time.Minute || took > time.Minute+DefaultBackoffMax {
+			t.Errorf("connected after %v; the broker came up after 1m, and a wait is at most %v", took, DefaultBackoffMax)
+		}
+	})
+}
+
+// TestConnectToAClosedPortFails dials a real TCP port that nothing listens
+// on, as a new user with a wrong port does, with a short bound.
+func TestConnectToAClosedPortFails(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	start := time.Now()
+	_, err = Connect(t.Context(), ConnectOptions{URLs: []string{"amqp://guest:guest@" + addr + "/"}, FirstConnectTimeout: 300 * time.Millisecond}, Options{})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Connect to the closed port %s: %v", addr, err)
+	}
+	// The bound, plus at most one dial to a closed local port.
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("Connect took %v with a bound of 300ms", took)
+	}
+}
+
 func TestConnectRefusesABadURLBeforeDialling(t *testing.T) {
 	for _, u := range []string{
 		"http://queuey:s3cr3t-pw@node-a/",
@@ -836,5 +895,90 @@ func TestWorkerRunStopsDuringAnOutage(t *testing.T) {
 			t.Fatal("Run did not return a minute after its context ended, with the broker unreachable")
 		}
 		s.net.setDown(false) // for the cleanup's Close
+	})
+}
+
+// An ordinary outage (the broker shuts the connection, refuses dials for
+// a while, then comes back) with a worker retrying jobs through it logs
+// nothing above WARN: nothing in it is for a person to act on. Ready
+// follows the connection, for a readiness probe.
+func TestAnOutageLogsNothingAboveWarnAndReadyFollowsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		logger := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		queues := []queuey.QueueConfig{{Name: "jobs", Prefetch: 4, Retry: queuey.RetryPolicy{MaxAttempts: 10, Jitter: queuey.NoJitter}}}
+		producer, err := queuey.NewProducer(t.Context(), s.b, queues, queuey.ProducerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		worker, err := queuey.NewWorker(t.Context(), s.b, queues, queuey.WorkerConfig{Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		runs := map[int]int{}
+		err = queuey.Register(worker, queuey.HandlerFunc[slowJob](func(ctx context.Context, j *queuey.Job[slowJob]) error {
+			mu.Lock()
+			runs[j.Args.N]++
+			n := runs[j.Args.N]
+			mu.Unlock()
+			time.Sleep(time.Duration(j.Args.N) * 100 * time.Millisecond)
+			if n == 1 {
+				return errors.New("the first run fails") // a retry: a hold published on settling
+			}
+			return nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.b.Ready(); err != nil {
+			t.Fatalf("Ready while connected: %v", err)
+		}
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- worker.Run(ctx) }()
+		for n := 1; n <= 8; n++ {
+			if _, err := producer.Enqueue(t.Context(), slowJob{N: n}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(250 * time.Millisecond) // handlers running, some settled
+		s.net.setDown(true)
+		s.net.drop()
+		synctest.Wait()
+		if err := s.b.Ready(); !errors.Is(err, ErrDisconnected) {
+			t.Fatalf("Ready during the outage: %v, want ErrDisconnected", err)
+		}
+		time.Sleep(10 * time.Second)
+		s.net.setDown(false)
+		time.Sleep(2 * time.Minute) // reconnected; every retry came due
+		synctest.Wait()
+		if err := s.b.Ready(); err != nil {
+			t.Fatalf("Ready after the outage: %v", err)
+		}
+		mu.Lock()
+		for n := 1; n <= 8; n++ {
+			if runs[n] < 2 {
+				t.Errorf("job %d ran %d times; want its failure and its retry at least", n, runs[n])
+			}
+		}
+		mu.Unlock()
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		logs := s.logs.String()
+		if strings.Contains(logs, "level=ERROR") {
+			t.Fatalf("an ordinary outage logged an ERROR:\n%s", logs)
+		}
+		if !strings.Contains(logs, "level=WARN") {
+			t.Fatalf("the outage logged no WARN:\n%s", logs)
+		}
+		if err := s.b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.b.Ready(); !errors.Is(err, ErrBackendClosed) {
+			t.Fatalf("Ready after Close: %v, want ErrBackendClosed", err)
+		}
 	})
 }
