@@ -931,8 +931,9 @@ const MaxReason = 4096
 
 // DeadLetter publishes body, byte for byte, to queue's dead-letter queue
 // with the headers x-death-reason (reason, cut to MaxReason bytes),
-// x-original-queue (queue) and x-attempts (attempts, as an int64),
-// persistent, and returns once the broker has confirmed it. queue must
+// x-original-queue (queue) and x-attempts (attempts, as an int64), the
+// timestamp property set to now, persistent, and returns once the broker
+// has confirmed it. queue must
 // have been declared through this backend (queuey.ErrUnknownQueue
 // otherwise). A dead-letter queue that does not exist (see
 // SkipDeadLetterQueues) is an error wrapping ErrReturned.
@@ -956,6 +957,7 @@ func (b *Backend) DeadLetter(ctx context.Context, queue string, body []byte, rea
 			HeaderAttempts:      int64(attempts),
 		},
 		DeliveryMode: amqp.Persistent,
+		Timestamp:    b.now(), // when it was dead-lettered: queuey dead show prints it
 		Body:         body,
 	})
 }

@@ -35,10 +35,12 @@ type InspectorOptions struct {
 	Topology
 
 	// Queues lists every queue of the deployment, for Stats to find hold
-	// queues and unacknowledged counts, which AMQP cannot report. Use
-	// ManagementAPI on RabbitMQ with the management plugin. Defaults to
-	// nil: Stats reports what AMQP can (ready messages, consumers and dead
-	// letters) and leaves Unacked and Holds unknown.
+	// queues and unacknowledged counts, which AMQP cannot report, and for
+	// WorkQueues, TopologyQueues and DeleteTopology, which cannot work
+	// without it. Use ManagementAPI on RabbitMQ with the management
+	// plugin. Defaults to nil: Stats reports what AMQP can (ready
+	// messages, consumers and dead letters) and leaves Unacked and Holds
+	// unknown, and the others fail with ErrNoQueueLister.
 	Queues QueueLister
 
 	// Logger receives what redrives do, at INFO. Defaults to discarding.
@@ -65,8 +67,9 @@ type QueueListing struct {
 	Consumers int
 }
 
-// Inspector reads and repairs a deployment's queues for operators: queue
-// stats, and listing, redriving and purging dead letters. It opens a fresh
+// Inspector reads and repairs a deployment's queues for operators: work
+// queues listed with their stats, dead letters listed, redriven and purged,
+// and a work queue's whole topology deleted. It opens a fresh
 // channel per call and closes it before returning, so a call that is
 // interrupted (its process killed, its connection dropped) leaves every
 // dead letter it had not finished with on the broker: the broker returns
@@ -115,6 +118,12 @@ func NewInspector[C InspectChannel](open func() (C, error), opts InspectorOption
 // ErrNoSuchQueue is the error of an Inspector call naming a work queue
 // that does not exist, or whose dead-letter queue does not.
 var ErrNoSuchQueue = errors.New("rabbitmq: no such queue")
+
+// ErrNoQueueLister is the error of an Inspector call that must list the
+// virtual host's queues (WorkQueues, TopologyQueues, DeleteTopology) made
+// on an Inspector without InspectorOptions.Queues: AMQP cannot list
+// queues.
+var ErrNoQueueLister = errors.New("rabbitmq: listing queues needs a QueueLister such as the management API (AMQP cannot list queues)")
 
 // QueueStats is one work queue's state.
 type QueueStats struct {
@@ -174,16 +183,88 @@ func (in *Inspector) Stats(ctx context.Context, queues ...string) ([]QueueStats,
 					st.Holds = append(st.Holds, h)
 				}
 			}
-			slices.SortFunc(st.Holds, func(a, b HoldStats) int {
-				if a.TTL != b.TTL {
-					return int(a.TTL - b.TTL)
-				}
-				return strings.Compare(a.Type, b.Type)
-			})
+			sortHolds(st.Holds)
 		}
 		stats = append(stats, st)
 	}
 	return stats, nil
+}
+
+// WorkQueues lists the virtual host's queuey work queues, by name, with
+// their counts: every queue whose dead-letter queue (Topology.DeadQueue) is
+// beside it, except queues whose names make them dead-letter, hold, relay
+// or warm-marker queues themselves. Every figure comes from
+// one listing of the QueueLister, Listed is true, and Dead counts the
+// dead-letter queue's ready and unacknowledged messages; through the
+// management API the figures are its statistics, which lag the queues by
+// up to its collection interval. Without a QueueLister it returns an error
+// wrapping ErrNoQueueLister; a failing one, its error.
+func (in *Inspector) WorkQueues(ctx context.Context) ([]QueueStats, error) {
+	if in.list == nil {
+		return nil, ErrNoQueueLister
+	}
+	listing, err := in.list.ListQueues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: listing queues: %w", err)
+	}
+	byName := make(map[string]QueueListing, len(listing))
+	for _, l := range listing {
+		byName[l.Name] = l
+	}
+	var out []QueueStats
+	for _, l := range listing {
+		dead, ok := byName[in.top.DeadQueue(l.Name)]
+		if !ok {
+			continue
+		}
+		if _, _, aux := in.auxiliaryOf(l.Name); aux {
+			continue
+		}
+		st := QueueStats{Queue: l.Name, Ready: l.Ready, Consumers: l.Consumers, Dead: dead.Ready + dead.Unacked,
+			Listed: true, Unacked: l.Unacked, Holds: []HoldStats{}}
+		for _, h := range listing {
+			if hs, ok := in.holdOf(l.Name, h); ok {
+				st.Holds = append(st.Holds, hs)
+			}
+		}
+		sortHolds(st.Holds)
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b QueueStats) int { return strings.Compare(a.Queue, b.Queue) })
+	return out, nil
+}
+
+// sortHolds sorts hold queues by TTL, then type.
+func sortHolds(holds []HoldStats) {
+	slices.SortFunc(holds, func(a, b HoldStats) int {
+		if a.TTL != b.TTL {
+			return int(a.TTL - b.TTL)
+		}
+		return strings.Compare(a.Type, b.Type)
+	})
+}
+
+// auxiliaryOf reports whether name is, by its name alone, a queue queuey
+// adds beside a work queue: parent's dead-letter queue (role "dead"), one
+// of its hold queues (role "ladder", "relay", "classic" or "quorum", as
+// HoldStats.Type) or its warm marker (role "warm"). Whether parent exists
+// is not checked.
+func (in *Inspector) auxiliaryOf(name string) (parent, role string, ok bool) {
+	if p, ok := strings.CutSuffix(name, in.top.DeadSuffix); ok && p != "" {
+		return p, "dead", true
+	}
+	i := strings.LastIndex(name, in.top.DeferredSuffix+".")
+	if i <= 0 {
+		return "", "", false
+	}
+	parent = name[:i]
+	if name == in.top.WarmQueue(parent) {
+		return parent, "warm", true
+	}
+	if h, ok := in.holdOf(parent, QueueListing{Name: name}); ok {
+		return parent, h.Type, true
+	}
+	return "", "", false
 }
 
 // holdOf reports whether l is one of queue's hold queues, and its stats.
@@ -251,12 +332,21 @@ type DeadLetter struct {
 	// Reason says why: queuey's x-death-reason ("attempts exhausted",
 	// "fatal: …", "unknown job kind", "malformed envelope", "delay too
 	// long", "job too large"), or for the
-	// broker's dead letters "broker: " and its x-first-death-reason (for
-	// example "broker: delivery_limit", a job that crashed its worker on
-	// every delivery of a quorum queue).
+	// broker's dead letters "broker: " and the reason of the death that
+	// brought it there, x-last-death-reason (for example "broker:
+	// delivery_limit", a job that crashed its worker on every delivery of
+	// a quorum queue).
 	Reason string
 	// ByBroker says the broker dead-lettered it, not queuey.
 	ByBroker bool
+	// DeadLetteredAt is when the job was dead-lettered, to the second, or
+	// zero when the message does not say. For the broker's dead letters it
+	// is the time of the newest x-death entry, the death that brought the
+	// job to the dead-letter queue (RabbitMQ records there when that queue
+	// and reason first occurred). For queuey's it is the message's AMQP
+	// timestamp property, when the process that dead-lettered the job set
+	// one.
+	DeadLetteredAt time.Time
 	// Malformed says the body is not a queuey envelope; Err says why.
 	Malformed bool
 	Err       string
@@ -273,11 +363,13 @@ func readDeadLetter(queue string, d amqp.Delivery) DeadLetter {
 		if q, ok := d.Headers[HeaderOriginalQueue].(string); ok && q != "" {
 			dl.Queue = q
 		}
-	} else if reason, ok := d.Headers["x-first-death-reason"].(string); ok {
+		dl.DeadLetteredAt = d.Timestamp
+	} else if reason, ok := lastDeath(d.Headers, "reason"); ok {
 		dl.Reason, dl.ByBroker = "broker: "+reason, true
-		if q, ok := d.Headers["x-first-death-queue"].(string); ok && q != "" {
+		if q, ok := lastDeath(d.Headers, "queue"); ok && q != "" {
 			dl.Queue = q
 		}
+		dl.DeadLetteredAt = newestDeath(d.Headers)
 	} else {
 		dl.Reason = "unknown: no dead-letter headers"
 	}
@@ -288,6 +380,37 @@ func readDeadLetter(queue string, d amqp.Delivery) DeadLetter {
 	}
 	dl.ID, dl.Kind, dl.Attempt, dl.Deferrals, dl.EnqueuedAt = env.ID, env.Kind, env.Attempt, env.Deferrals, env.EnqueuedAt
 	return dl
+}
+
+// lastDeath is field ("reason", "queue") of the death that brought a
+// message to the dead-letter queue: x-last-death-field, which RabbitMQ 4
+// sets (docs/rabbitmq-semantics.md §3.3), else x-first-death-field. The
+// first death is the wrong one for a job that died before: an expiry in a
+// hold queue, then the delivery limit of its quorum work queue.
+func lastDeath(h amqp.Table, field string) (string, bool) {
+	if v, ok := h["x-last-death-"+field].(string); ok {
+		return v, true
+	}
+	v, ok := h["x-first-death-"+field].(string)
+	return v, ok
+}
+
+// newestDeath is the time of the first entry of h's x-death, the newest
+// death (RabbitMQ keeps the list newest first), or zero.
+func newestDeath(h amqp.Table) time.Time {
+	deaths, _ := h["x-death"].([]any)
+	if len(deaths) == 0 {
+		return time.Time{}
+	}
+	var at any
+	switch e := deaths[0].(type) {
+	case amqp.Table:
+		at = e["time"]
+	case map[string]any:
+		at = e["time"]
+	}
+	t, _ := at.(time.Time)
+	return t
 }
 
 // DeadLetterFilter selects dead letters. Its zero value selects every one

@@ -653,3 +653,21 @@ func TestInspectorHoldOf(t *testing.T) {
 		t.Errorf("holdOf(relay queue) = %+v, %t", h, ok)
 	}
 }
+
+// A job held once (its first death an expiry in a hold queue) that then hit
+// its quorum work queue's delivery limit is listed by its last death.
+func TestReadDeadLetterNamesTheLastDeath(t *testing.T) {
+	d := amqp.Delivery{Body: []byte("{oops"), Headers: amqp.Table{
+		"x-first-death-reason": "expired", "x-first-death-queue": "jobs.deferred.2000",
+		"x-last-death-reason": "delivery_limit", "x-last-death-queue": "jobs",
+	}}
+	dl := readDeadLetter("jobs.dead", d)
+	if dl.Reason != "broker: delivery_limit" || dl.Queue != "jobs" || !dl.ByBroker {
+		t.Fatalf("read %+v; want broker: delivery_limit from jobs", dl)
+	}
+	delete(d.Headers, "x-last-death-reason")
+	delete(d.Headers, "x-last-death-queue")
+	if dl := readDeadLetter("jobs.dead", d); dl.Reason != "broker: expired" || dl.Queue != "jobs.deferred.2000" {
+		t.Fatalf("without x-last-death-*, read %+v; want the first death", dl)
+	}
+}

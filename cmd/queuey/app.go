@@ -8,16 +8,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"strings"
 
+	"github.com/queuey/queuey/internal/redact"
 	"github.com/queuey/queuey/rabbitmq"
 )
 
 // Exit statuses.
 const (
-	exitOK    = 0 // done
-	exitFail  = 1 // the broker refused, could not be reached, or had nothing to act on; or the user said no
-	exitUsage = 2 // bad command, flags or arguments
+	exitOK    = 0 // done, including when there was nothing to list, redrive or purge
+	exitFail  = 1 // the broker or its management API failed or refused, a named queue or job does not exist, or the user said no
+	exitUsage = 2 // bad command, flags or arguments, or a setting the command needs is missing
 )
 
 // opener opens a channel on the connection to the broker.
@@ -35,6 +37,9 @@ type app struct {
 	dial        func(ctx context.Context, url string) (opener, func() error, error)
 	// httpClient reaches the management API (nil: the default).
 	httpClient *http.Client
+	// buildInfo reads the binary's build information (nil:
+	// debug.ReadBuildInfo).
+	buildInfo func() (*debug.BuildInfo, bool)
 }
 
 // usageError is a bad command line: exit status 2, with a hint.
@@ -50,17 +55,22 @@ var errDeclined = errors.New("cancelled: nothing was changed")
 const usage = `queuey inspects and repairs a queuey deployment on RabbitMQ.
 
 Usage:
+  queuey queues                         every work queue, with its counts (management API)
   queuey stats QUEUE...                 counts of work queues, their dead letters and hold queues
   queuey dead ls QUEUE [filters]        list QUEUE's dead letters (they stay where they are)
   queuey dead show QUEUE ID             one dead letter, with its envelope
   queuey dead redrive QUEUE [filters]   move dead letters back to QUEUE, confirmed before removed
   queuey dead purge QUEUE               delete every dead letter of QUEUE, for good
+  queuey delete QUEUE                   delete QUEUE with its dead-letter and hold queues and
+                                        every message in them, for good (management API)
+  queuey version                        the version of this binary (also --version)
 
 Flags (before or after the command):
   --url URL                the broker's AMQP URL (default $AMQP_URL)
-  --management-url URL     its management HTTP API, for unacknowledged counts and
-                           hold queues in stats (default $RABBITMQ_MANAGEMENT_URL;
-                           without it, stats shows what AMQP can)
+  --management-url URL     its management HTTP API (default $RABBITMQ_MANAGEMENT_URL):
+                           queues and delete need it; stats uses it for
+                           unacknowledged counts and hold queues, and without it,
+                           or when it fails, shows what AMQP can
   --json                   JSON for scripts instead of tables
   --dead-suffix S          dead-letter queue suffix, as the workers' Topology (default .dead)
   --deferred-suffix S      hold queue suffix, as the workers' Topology (default .deferred)
@@ -72,13 +82,15 @@ Filters (ls, redrive):
   --malformed              malformed bodies too (redrive republishes them verbatim)
   --limit N                ls: at most N (default 100; 0 for all)
 
-Redrive and purge:
+Redrive, purge and delete:
   --reset-attempts         redrive: start each job's attempts over at 1
   --dry-run                redrive: count what would move, move nothing
   --yes                    do not ask; required when stdin is not a terminal
 
-Exit status: 0 done; 1 the broker failed or refused, nothing matched, or
-the answer was no; 2 bad usage.
+Exit status: 0 done, including when there was nothing to list, redrive or
+purge; 1 the broker or its management API failed or refused, a named queue
+or job does not exist, or the answer was no; 2 bad usage, or a setting the
+command needs is missing.
 `
 
 // options are every flag; each command rejects those it does not take.
@@ -91,6 +103,7 @@ type options struct {
 	limit                int
 	resetAttempts        bool
 	dryRun, yes          bool
+	version              bool
 	set                  map[string]bool // flags given
 }
 
@@ -113,6 +126,7 @@ func (a *app) parse(args []string) (options, []string, error) {
 	fs.BoolVar(&o.resetAttempts, "reset-attempts", false, "")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "")
 	fs.BoolVar(&o.yes, "yes", false, "")
+	fs.BoolVar(&o.version, "version", false, "")
 	var rest []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -173,7 +187,8 @@ func (o options) filter() rabbitmq.DeadLetterFilter {
 	return f
 }
 
-// describe says in words what the filter flags select.
+// describe says in words what the filter flags select: "" for no filter,
+// else the flags as given, such as --kind "email" --reason "fatal".
 func (o options) describe() string {
 	var parts []string
 	if o.reason != "" {
@@ -184,9 +199,6 @@ func (o options) describe() string {
 	}
 	if o.ids != "" {
 		parts = append(parts, fmt.Sprintf("--id %q", o.ids))
-	}
-	if len(parts) == 0 {
-		return "any"
 	}
 	return strings.Join(parts, " ")
 }
@@ -206,30 +218,63 @@ func (a *app) run(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	fmt.Fprintf(a.stderr, "queuey: %v\n", err)
-	if errors.Is(err, rabbitmq.ErrNoSuchQueue) {
-		fmt.Fprintln(a.stderr, "queuey: name a work queue the workers declared; if they use their own Topology, pass its --dead-suffix")
+	switch {
+	case errors.Is(err, rabbitmq.ErrNoSuchQueue):
+		fmt.Fprintln(a.stderr, "queuey: name a work queue the workers declared (queuey queues lists them); if they use their own Topology, pass its --dead-suffix")
+	case errors.Is(err, rabbitmq.ErrQueueInUse):
+		fmt.Fprintln(a.stderr, "queuey: nothing was deleted")
 	}
 	return exitFail
 }
+
+// commands lists the commands, for messages.
+const commands = "queues, stats, dead, delete or version"
 
 func (a *app) dispatch(ctx context.Context, args []string) error {
 	o, rest, err := a.parse(args)
 	if err != nil {
 		return err
 	}
+	if o.version {
+		return a.version(o)
+	}
 	if len(rest) == 0 {
-		return usagef("no command: want stats or dead")
+		return usagef("no command: want %s", commands)
 	}
 	cmd, rest := rest[0], rest[1:]
 	switch cmd {
+	case "version":
+		if err := o.only("version"); err != nil {
+			return err
+		}
+		if len(rest) != 0 {
+			return usagef("version takes no arguments")
+		}
+		return a.version(o)
+	case "queues":
+		if err := o.only("queues"); err != nil {
+			return err
+		}
+		if len(rest) != 0 {
+			return usagef("queues takes no arguments: it lists every work queue")
+		}
+		return a.withInspector(ctx, o, "queues", apiRequired, func(s *session) error { return a.queues(ctx, o, s.in) })
 	case "stats":
 		if err := o.only("stats"); err != nil {
 			return err
 		}
 		if len(rest) == 0 {
-			return usagef("stats needs at least one queue")
+			return usagef("stats needs at least one queue (queuey queues lists them)")
 		}
-		return a.withInspector(ctx, o, func(in *rabbitmq.Inspector) error { return a.stats(ctx, o, in, rest) })
+		return a.withInspector(ctx, o, "stats", apiOptional, func(s *session) error { return a.stats(ctx, o, s, rest) })
+	case "delete":
+		if err := o.only("delete", "yes"); err != nil {
+			return err
+		}
+		if len(rest) != 1 {
+			return usagef("delete takes one queue, not %d arguments", len(rest))
+		}
+		return a.withInspector(ctx, o, "delete", apiRequired, func(s *session) error { return a.deleteTopology(ctx, o, s.in, rest[0]) })
 	case "dead":
 		if len(rest) == 0 {
 			return usagef("dead needs a subcommand: ls, show, redrive or purge")
@@ -272,13 +317,34 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		default:
 			return usagef("unknown dead subcommand %q: want ls, show, redrive or purge", sub)
 		}
-		return a.withInspector(ctx, o, run)
+		return a.withInspector(ctx, o, "dead "+sub, apiNone, func(s *session) error { return run(s.in) })
 	}
-	return usagef("unknown command %q: want stats or dead", cmd)
+	return usagef("unknown command %q: want %s", cmd, commands)
 }
 
-// withInspector connects and runs f with an Inspector.
-func (a *app) withInspector(ctx context.Context, o options, f func(*rabbitmq.Inspector) error) error {
+// apiUse is what a command does with the management API.
+type apiUse int
+
+const (
+	apiNone     apiUse = iota // nothing: it is not even checked
+	apiOptional               // uses it when it is set and works (stats)
+	apiRequired               // cannot work without it (queues, delete)
+)
+
+// session is what a command runs with: Inspectors on one connection.
+type session struct {
+	// in has the management API as its QueueLister when the command uses
+	// it and it is set with a URL that parses.
+	in *rabbitmq.Inspector
+	// amqpOnly has no QueueLister: what stats falls back to.
+	amqpOnly *rabbitmq.Inspector
+	// apiErr says why in has no management API although one is set (its
+	// URL does not parse), for a command that can do without.
+	apiErr error
+}
+
+// withInspector connects and runs f with a session for the command cmd.
+func (a *app) withInspector(ctx context.Context, o options, cmd string, api apiUse, f func(*session) error) error {
 	if o.url == "" {
 		return usagef("no broker: set AMQP_URL or pass --url")
 	}
@@ -286,33 +352,61 @@ func (a *app) withInspector(ctx context.Context, o options, f func(*rabbitmq.Ins
 	if err := top.Validate(); err != nil {
 		return usageError{err.Error()}
 	}
-	opts := rabbitmq.InspectorOptions{Topology: top}
-	if o.managementURL != "" {
+	s := &session{}
+	plain := rabbitmq.InspectorOptions{Topology: top}
+	opts := plain
+	switch {
+	case api == apiNone:
+	case o.managementURL == "" && api == apiRequired:
+		return usagef("%s needs the management API, since AMQP cannot list queues: set RABBITMQ_MANAGEMENT_URL or pass --management-url (for example http://localhost:15672/)", cmd)
+	case o.managementURL != "":
 		m, err := rabbitmq.NewManagementAPI(o.managementURL, o.url, a.httpClient)
-		if err != nil {
+		switch {
+		case err != nil && api == apiRequired:
 			return usageError{err.Error()}
+		case err != nil:
+			s.apiErr = err
+		default:
+			opts.Queues = m
 		}
-		opts.Queues = m
 	}
 	open, closeConn, err := a.dial(ctx, o.url)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = closeConn() }()
-	in, err := rabbitmq.NewInspector(open, opts)
-	if err != nil {
+	if s.in, err = rabbitmq.NewInspector(open, opts); err != nil {
 		return err
 	}
-	return f(in)
+	if s.amqpOnly, err = rabbitmq.NewInspector(open, plain); err != nil {
+		return err
+	}
+	if err := f(s); err != nil {
+		if api != apiNone {
+			return redactAPIErr(err, o)
+		}
+		return err
+	}
+	return nil
 }
 
-// confirm asks the question unless --yes; without a terminal it refuses.
-func (a *app) confirm(o options, question string) error {
+// redactAPIErr hides the passwords of the management API's URL and of the
+// AMQP URL, whose password the API uses when its URL has none, in err. A
+// ManagementAPI's errors name neither password, only the user; this is
+// the second line of defence, and hides a user whose name is also the
+// password.
+func redactAPIErr(err error, o options) error {
+	return redact.Err(redact.Err(err, o.managementURL), o.url)
+}
+
+// confirm asks question unless --yes; without a terminal it refuses,
+// naming action ("purge 6 dead letters from jobs.dead").
+func (a *app) confirm(o options, action, question string) error {
 	if o.yes {
 		return nil
 	}
 	if !a.interactive {
-		return usagef("%s: pass --yes to confirm (stdin is not a terminal, so queuey cannot ask)", question)
+		return usagef("not confirmed, so nothing was done: queuey would %s, but it cannot ask since stdin is not a terminal; pass --yes to go ahead", action)
 	}
 	fmt.Fprintf(a.stderr, "%s [y/N] ", question)
 	line, _ := bufio.NewReader(a.stdin).ReadString('\n')
@@ -321,4 +415,81 @@ func (a *app) confirm(o options, question string) error {
 		return nil
 	}
 	return errDeclined
+}
+
+// version prints the module version the binary was built from.
+func (a *app) version(o options) error {
+	read := a.buildInfo
+	if read == nil {
+		read = debug.ReadBuildInfo
+	}
+	v := versionOf(read)
+	if o.json {
+		return writeJSON(a.stdout, v)
+	}
+	fmt.Fprintln(a.stdout, v.String())
+	return nil
+}
+
+// versionInfo is `version --json`.
+type versionInfo struct {
+	Module  string `json:"module,omitempty"`
+	Version string `json:"version"` // "(devel)" for a build from a source checkout, "unknown" without build information
+	Go      string `json:"go,omitempty"`
+	// The source checkout's commit, its time, and whether it had changes
+	// not committed, when the build recorded them.
+	Revision string `json:"revision,omitempty"`
+	Time     string `json:"time,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+}
+
+func versionOf(read func() (*debug.BuildInfo, bool)) versionInfo {
+	bi, ok := read()
+	if !ok || bi == nil {
+		return versionInfo{Version: "unknown"}
+	}
+	v := versionInfo{Module: bi.Main.Path, Version: bi.Main.Version, Go: bi.GoVersion}
+	if v.Version == "" {
+		v.Version = "(devel)"
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v.Revision = s.Value
+		case "vcs.time":
+			v.Time = s.Value
+		case "vcs.modified":
+			v.Modified = s.Value == "true"
+		}
+	}
+	return v
+}
+
+// String is the version as `queuey version` prints it.
+func (v versionInfo) String() string {
+	switch v.Version {
+	case "unknown":
+		return "queuey: version unknown: this binary carries no build information"
+	case "(devel)":
+		var b strings.Builder
+		b.WriteString("queuey (devel): built from a source checkout, not a released version")
+		if v.Revision != "" {
+			fmt.Fprintf(&b, "; commit %s", v.Revision)
+			if v.Time != "" {
+				fmt.Fprintf(&b, " of %s", v.Time)
+			}
+			if v.Modified {
+				b.WriteString(", with changes not committed")
+			}
+		}
+		if v.Go != "" {
+			fmt.Fprintf(&b, "; %s", v.Go)
+		}
+		return b.String()
+	}
+	s := "queuey " + v.Version
+	if v.Go != "" {
+		s += " (" + v.Go + ")"
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -30,28 +31,28 @@ type holdJSON struct {
 	Messages int    `json:"messages"`
 }
 
-func (a *app) stats(ctx context.Context, o options, in *rabbitmq.Inspector, queues []string) error {
-	st, err := in.Stats(ctx, queues...)
-	if err != nil {
-		return err
-	}
-	if o.json {
-		out := make([]statsJSON, len(st))
-		for i, s := range st {
-			out[i] = statsJSON{Queue: s.Queue, Ready: s.Ready, Consumers: s.Consumers, Dead: s.Dead}
-			if s.Listed {
-				out[i].Unacked = &s.Unacked
-				out[i].Holds = []holdJSON{}
-				for _, h := range s.Holds {
-					out[i].Holds = append(out[i].Holds, holdJSON{h.Name, h.TTL.Milliseconds(), h.Type, h.Messages})
-				}
+// toStatsJSON is st as --json prints it.
+func toStatsJSON(st []rabbitmq.QueueStats) []statsJSON {
+	out := make([]statsJSON, len(st))
+	for i, s := range st {
+		out[i] = statsJSON{Queue: s.Queue, Ready: s.Ready, Consumers: s.Consumers, Dead: s.Dead}
+		if s.Listed {
+			out[i].Unacked = &s.Unacked
+			out[i].Holds = []holdJSON{}
+			for _, h := range s.Holds {
+				out[i].Holds = append(out[i].Holds, holdJSON{h.Name, h.TTL.Milliseconds(), h.Type, h.Messages})
 			}
 		}
-		return writeJSON(a.stdout, out)
 	}
+	return out
+}
+
+// statsTable prints st as a table, one row a work queue; it reports
+// whether every row's unacked and hold figures are known (Listed).
+func (a *app) statsTable(st []rabbitmq.QueueStats) (listed bool, err error) {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUEUE\tREADY\tUNACKED\tCONSUMERS\tDEAD\tHOLD QUEUES\tHELD")
-	listed := true
+	listed = true
 	for _, s := range st {
 		unacked, holds, held := "-", "-", "-"
 		if s.Listed {
@@ -64,7 +65,53 @@ func (a *app) stats(ctx context.Context, o options, in *rabbitmq.Inspector, queu
 		listed = listed && s.Listed
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\t%s\n", s.Queue, s.Ready, unacked, s.Consumers, s.Dead, holds, held)
 	}
-	if err := tw.Flush(); err != nil {
+	return listed, tw.Flush()
+}
+
+// queues lists every work queue of the virtual host.
+func (a *app) queues(ctx context.Context, o options, in *rabbitmq.Inspector) error {
+	st, err := in.WorkQueues(ctx)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(a.stdout, toStatsJSON(st))
+	}
+	if len(st) == 0 {
+		fmt.Fprintln(a.stdout, "no queuey work queues here: no queue of this virtual host has a dead-letter queue beside it (pass --dead-suffix if the workers use their own)")
+		return nil
+	}
+	if _, err := a.statsTable(st); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout, "\n(every figure is the management API's, up to its statistics interval old; queuey stats QUEUE shows ready, consumers and dead as they are now, and each hold queue)")
+	return nil
+}
+
+func (a *app) stats(ctx context.Context, o options, s *session, queues []string) error {
+	apiErr := s.apiErr
+	in := s.in
+	if apiErr != nil {
+		in = s.amqpOnly
+	}
+	st, err := in.Stats(ctx, queues...)
+	if err != nil && errors.Is(err, rabbitmq.ErrManagement) && ctx.Err() == nil {
+		// What AMQP alone shows beats nothing.
+		apiErr = err
+		st, err = s.amqpOnly.Stats(ctx, queues...)
+	}
+	if err != nil {
+		return err
+	}
+	if apiErr != nil {
+		fmt.Fprintf(a.stderr, "queuey: the management API failed, so unacked counts and hold queues are unknown: %s\n",
+			oneLine(redactAPIErr(apiErr, o).Error()))
+	}
+	if o.json {
+		return writeJSON(a.stdout, toStatsJSON(st))
+	}
+	listed, err := a.statsTable(st)
+	if err != nil {
 		return err
 	}
 	for _, s := range st {
@@ -91,9 +138,12 @@ func (a *app) stats(ctx context.Context, o options, in *rabbitmq.Inspector, queu
 			fmt.Fprintf(a.stdout, "  (and %d empty)\n", empty)
 		}
 	}
-	if !listed {
+	switch {
+	case apiErr != nil:
+		fmt.Fprintln(a.stdout, "\n(unacked and hold queues unknown: the management API failed)")
+	case !listed:
 		fmt.Fprintln(a.stdout, "\n(unacked and hold queues need the management API: --management-url or RABBITMQ_MANAGEMENT_URL)")
-	} else {
+	default:
 		fmt.Fprintln(a.stdout, "\n(unacked and hold queue counts are the management API's, up to its statistics interval old)")
 	}
 	return nil
@@ -101,18 +151,20 @@ func (a *app) stats(ctx context.Context, o options, in *rabbitmq.Inspector, queu
 
 // deadJSON is one dead letter of `dead ls --json` and `dead show --json`.
 type deadJSON struct {
-	ID         string          `json:"id,omitempty"`
-	Kind       string          `json:"kind,omitempty"`
-	Queue      string          `json:"queue"`
-	Reason     string          `json:"reason"`
-	ByBroker   bool            `json:"by_broker"`
-	Attempt    int             `json:"attempt,omitempty"`
-	Deferrals  int             `json:"deferrals,omitempty"`
-	EnqueuedAt *time.Time      `json:"enqueued_at,omitempty"`
-	Malformed  bool            `json:"malformed"`
-	Error      string          `json:"error,omitempty"`
-	Envelope   json.RawMessage `json:"envelope,omitempty"` // the body, when it is an envelope
-	Body       string          `json:"body,omitempty"`     // the body, when it is malformed
+	ID         string     `json:"id,omitempty"`
+	Kind       string     `json:"kind,omitempty"`
+	Queue      string     `json:"queue"`
+	Reason     string     `json:"reason"`
+	ByBroker   bool       `json:"by_broker"`
+	Attempt    int        `json:"attempt,omitempty"`
+	Deferrals  int        `json:"deferrals,omitempty"`
+	EnqueuedAt *time.Time `json:"enqueued_at,omitempty"`
+	// DeadAt is when it was dead-lettered, when the message says.
+	DeadAt    *time.Time      `json:"dead_lettered_at,omitempty"`
+	Malformed bool            `json:"malformed"`
+	Error     string          `json:"error,omitempty"`
+	Envelope  json.RawMessage `json:"envelope,omitempty"` // the body, when it is an envelope
+	Body      string          `json:"body,omitempty"`     // the body, when it is malformed
 }
 
 func toJSON(dl rabbitmq.DeadLetter) deadJSON {
@@ -124,16 +176,28 @@ func toJSON(dl rabbitmq.DeadLetter) deadJSON {
 		at := dl.EnqueuedAt.UTC()
 		d.EnqueuedAt, d.Envelope = &at, dl.Body
 	}
+	if !dl.DeadLetteredAt.IsZero() {
+		at := dl.DeadLetteredAt.UTC()
+		d.DeadAt = &at
+	}
 	return d
+}
+
+// noneMatch says that no dead letter of queue matches the filter flags.
+func noneMatch(o options, queue string) string {
+	switch {
+	case o.describe() != "":
+		return fmt.Sprintf("no dead letters of %s match %s", queue, o.describe())
+	case o.malformed:
+		return fmt.Sprintf("%s has no dead letters", queue)
+	}
+	return fmt.Sprintf("%s has no dead letters, apart from any malformed ones (--malformed includes those)", queue)
 }
 
 func (a *app) deadList(ctx context.Context, o options, in *rabbitmq.Inspector, queue string) error {
 	dls, err := in.DeadLetters(ctx, queue, o.filter(), o.limit)
 	if err != nil {
 		return err
-	}
-	if len(dls) == 0 && o.describe() != "any" {
-		return fmt.Errorf("no dead letter of %s matches %s", queue, o.describe())
 	}
 	if o.json {
 		out := make([]deadJSON, len(dls))
@@ -143,7 +207,7 @@ func (a *app) deadList(ctx context.Context, o options, in *rabbitmq.Inspector, q
 		return writeJSON(a.stdout, out)
 	}
 	if len(dls) == 0 {
-		fmt.Fprintf(a.stdout, "%s has no dead letters\n", queue)
+		fmt.Fprintln(a.stdout, noneMatch(o, queue))
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
@@ -170,7 +234,7 @@ func (a *app) deadShow(ctx context.Context, o options, in *rabbitmq.Inspector, q
 		return err
 	}
 	if len(dls) == 0 {
-		return fmt.Errorf("no dead letter of %s has the job ID %q", queue, id)
+		return fmt.Errorf("%s has no dead letter with the job ID %q", queue, id)
 	}
 	dl := dls[0]
 	if o.json {
@@ -180,8 +244,22 @@ func (a *app) deadShow(ctx context.Context, o options, in *rabbitmq.Inspector, q
 	if dl.ByBroker {
 		by = "the broker"
 	}
-	fmt.Fprintf(a.stdout, "id:          %s\nkind:        %s\nqueue:       %s\nreason:      %s\nby:          %s\nattempt:     %d\ndeferrals:   %d\nenqueued at: %s\nenvelope:\n",
-		dl.ID, dl.Kind, dl.Queue, dl.Reason, by, dl.Attempt, dl.Deferrals, dl.EnqueuedAt.UTC().Format(time.RFC3339Nano))
+	deadAt := "unknown: not recorded in the dead letter"
+	if !dl.DeadLetteredAt.IsZero() {
+		deadAt = dl.DeadLetteredAt.UTC().Format(time.RFC3339)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 1, ' ', 0)
+	for _, row := range [][2]string{
+		{"id", dl.ID}, {"kind", dl.Kind}, {"queue", dl.Queue}, {"reason", dl.Reason}, {"by", by},
+		{"attempt", fmt.Sprint(dl.Attempt)}, {"deferrals", fmt.Sprint(dl.Deferrals)},
+		{"enqueued at", dl.EnqueuedAt.UTC().Format(time.RFC3339Nano)}, {"dead-lettered at", deadAt},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout, "envelope:")
 	var pretty strings.Builder
 	enc := json.NewEncoder(&pretty)
 	enc.SetIndent("  ", "  ")
@@ -216,14 +294,33 @@ func (a *app) redrive(ctx context.Context, o options, in *rabbitmq.Inspector, qu
 	}
 	matches := count.Moved
 	if matches == 0 {
-		return fmt.Errorf("nothing to redrive: no dead letter of %s matches %s", queue, o.describe())
+		if o.json {
+			return writeJSON(a.stdout, reportJSON{Queue: queue, DryRun: o.dryRun, Read: count.Read, Skipped: count.Skipped, TooLarge: count.TooLarge})
+		}
+		if count.TooLarge > 0 {
+			fmt.Fprintf(a.stdout, "nothing to redrive: %s matching, all too large to republish\n", plural(count.TooLarge, "the one dead letter", "the %d dead letters"))
+		} else {
+			fmt.Fprintf(a.stdout, "nothing to redrive: %s\n", noneMatch(o, queue))
+		}
+		return nil
 	}
 	attempts := "attempts kept"
 	if o.resetAttempts {
 		attempts = "attempts reset to 1"
 	}
 	if !o.dryRun {
-		if err := a.confirm(o, fmt.Sprintf("Redrive %d dead letters (%s) from %s to %s, %s?", matches, o.describe(), dead, queue, attempts)); err != nil {
+		which := plural(matches, "the one dead letter", "all %d dead letters")
+		if o.describe() != "" {
+			which = plural(matches, "the one dead letter", "the %d dead letters") + " matching " + o.describe()
+		} else if count.Skipped > 0 {
+			which = fmt.Sprintf("%s (not the %s)", plural(matches, "the one dead letter", "the %d dead letters"), plural(count.Skipped, "malformed one", "%d malformed ones"))
+		}
+		keep := plural(matches, "keeping its attempt count", "keeping their attempt counts")
+		if o.resetAttempts {
+			keep = plural(matches, "starting its attempts over at 1", "starting their attempts over at 1")
+		}
+		action := fmt.Sprintf("redrive %s from %s to %s", plural(matches, "one dead letter", "%d dead letters"), dead, queue)
+		if err := a.confirm(o, action, fmt.Sprintf("Redrive %s from %s to %s, %s?", which, dead, queue, keep)); err != nil {
 			return err
 		}
 	}
@@ -276,9 +373,15 @@ func (a *app) purge(ctx context.Context, o options, in *rabbitmq.Inspector, queu
 	}
 	dead := (rabbitmq.Topology{DeadSuffix: o.deadSuffix}).DeadQueue(queue)
 	if st[0].Dead == 0 {
-		return fmt.Errorf("nothing to purge: %s is empty", dead)
+		if o.json {
+			return writeJSON(a.stdout, map[string]any{"queue": queue, "purged": 0})
+		}
+		fmt.Fprintf(a.stdout, "nothing to purge: %s is empty\n", dead)
+		return nil
 	}
-	if err := a.confirm(o, fmt.Sprintf("Delete all %d dead letters of %s? This cannot be undone.", st[0].Dead, dead)); err != nil {
+	letters := plural(st[0].Dead, "the one dead letter", "all %d dead letters")
+	if err := a.confirm(o, fmt.Sprintf("delete %s of %s", letters, dead),
+		fmt.Sprintf("Delete %s of %s for good?", letters, dead)); err != nil {
 		return err
 	}
 	n, err := in.Purge(ctx, queue)
@@ -288,14 +391,89 @@ func (a *app) purge(ctx context.Context, o options, in *rabbitmq.Inspector, queu
 	if o.json {
 		return writeJSON(a.stdout, map[string]any{"queue": queue, "purged": n})
 	}
-	fmt.Fprintf(a.stdout, "purged %d dead letters from %s\n", n, dead)
+	fmt.Fprintf(a.stdout, "purged %s from %s\n", plural(n, "1 dead letter", "%d dead letters"), dead)
 	return nil
+}
+
+// deleteJSON is `delete --json`.
+type deleteJSON struct {
+	Queue    string      `json:"queue"`
+	Messages int         `json:"messages"` // the messages the broker reported deleting, in every queue
+	Deleted  []queueJSON `json:"deleted"`
+	Error    string      `json:"error,omitempty"`
+}
+
+type queueJSON struct {
+	Name     string `json:"name"`
+	Role     string `json:"role"`
+	Messages int    `json:"messages"`
+}
+
+// deleteTopology deletes queue, its dead-letter queue and its hold queues,
+// with every message in them.
+func (a *app) deleteTopology(ctx context.Context, o options, in *rabbitmq.Inspector, queue string) error {
+	found, err := in.TopologyQueues(ctx, queue)
+	if err != nil {
+		return err
+	}
+	byRole := map[string]int{}
+	total, consumers := 0, 0
+	for _, q := range found {
+		byRole[q.Role] += q.Messages
+		total += q.Messages
+		consumers += q.Consumers
+	}
+	if consumers > 0 {
+		// DeleteTopology would refuse: say so before asking.
+		return fmt.Errorf("%w: %s on the queues of %s: stop its workers first, or they would declare its queues again",
+			rabbitmq.ErrQueueInUse, plural(consumers, "1 consumer", "%d consumers"), queue)
+	}
+	queues, messages := plural(len(found), "1 queue", "%d queues"), plural(total, "1 message", "%d messages")
+	if !o.json {
+		fmt.Fprintf(a.stderr, "%s has %s holding %s: %d waiting in %s, %d held for a retry or a deferral, %d in %s\n",
+			queue, queues, messages, byRole["work"], queue, total-byRole["work"]-byRole["dead"], byRole["dead"], (rabbitmq.Topology{DeadSuffix: o.deadSuffix}).DeadQueue(queue))
+	}
+	question := fmt.Sprintf("Delete %s with its dead-letter and hold queues (%s) and the %s in them, for good?", queue, queues, messages)
+	if err := a.confirm(o, fmt.Sprintf("delete %s of %s and the %s in them", queues, queue, messages), question); err != nil {
+		return err
+	}
+	deleted, err := in.DeleteTopology(ctx, queue)
+	n := 0
+	for _, q := range deleted {
+		n += q.Messages
+	}
+	if o.json {
+		out := deleteJSON{Queue: queue, Messages: n, Deleted: []queueJSON{}}
+		for _, q := range deleted {
+			out.Deleted = append(out.Deleted, queueJSON{q.Name, q.Role, q.Messages})
+		}
+		if err != nil {
+			out.Error = err.Error()
+		}
+		if jerr := writeJSON(a.stdout, out); jerr != nil {
+			return jerr
+		}
+	} else if len(deleted) > 0 {
+		fmt.Fprintf(a.stdout, "deleted %s of %s and the %s in them\n", plural(len(deleted), "1 queue", "%d queues"), queue, plural(n, "1 message", "%d messages"))
+	}
+	if err != nil && len(deleted) > 0 {
+		return fmt.Errorf("delete stopped after %d queues; run it again for the rest: %w", len(deleted), err)
+	}
+	return err
 }
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// plural is one when n is 1, else many with n in place of its %d.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return strings.ReplaceAll(many, "%d", fmt.Sprint(n))
 }
 
 // oneLine keeps a table row on one line.

@@ -18,7 +18,8 @@ import (
 
 // The command against the live broker at AMQP_URL (and its management API
 // at RABBITMQ_MANAGEMENT_URL, when set), through its real dialer: a
-// dead-letter session from stats to purge.
+// dead-letter session from stats to purge, then, with the management API,
+// the listing of work queues and the deletion of this one.
 func TestLiveSession(t *testing.T) {
 	url := os.Getenv("AMQP_URL")
 	if url == "" {
@@ -86,6 +87,20 @@ func TestLiveSession(t *testing.T) {
 	if out := run(0, "dead", "purge", q, "--yes"); !strings.Contains(out, "purged 10 dead letters") {
 		t.Fatalf("purge: %s", out)
 	}
-	run(1, "dead", "purge", q, "--yes") // nothing left
+	if out := run(0, "dead", "purge", q, "--yes"); !strings.Contains(out, "nothing to purge") { // nothing left: a success
+		t.Fatalf("purge of an empty dead-letter queue: %s", out)
+	}
 	run(1, "stats", q+"-missing")
+	if os.Getenv("RABBITMQ_MANAGEMENT_URL") == "" {
+		return
+	}
+	if out := run(0, "queues"); !strings.Contains(out, q+" ") {
+		t.Fatalf("queues does not list %s:\n%s", q, out)
+	}
+	// q, its dead-letter queue, 22 rungs, the relay and, once the warm-up
+	// is over, the warm marker.
+	if out := run(0, "delete", q, "--yes"); !strings.HasPrefix(out, "deleted 2") || !strings.Contains(out, " queues of "+q+" and the ") {
+		t.Fatalf("delete: %s", out)
+	}
+	run(1, "stats", q)
 }

@@ -1,21 +1,31 @@
 // Command queuey is the operator's tool for a queuey deployment on
-// RabbitMQ: queue stats, and the dead letters of a work queue listed,
-// shown, redriven to their queue, or purged.
+// RabbitMQ: its work queues listed with their counts; a queue's stats; its
+// dead letters listed, shown, redriven to their queue, or purged; and a
+// work queue deleted with everything beside it.
 //
+//	queuey queues
 //	queuey stats QUEUE...
 //	queuey dead ls QUEUE [--reason R] [--kind K] [--id ID,...] [--malformed] [--limit N]
 //	queuey dead show QUEUE ID
 //	queuey dead redrive QUEUE [filters] [--reset-attempts] [--dry-run] [--yes]
 //	queuey dead purge QUEUE [--yes]
+//	queuey delete QUEUE [--yes]
+//	queuey version (or queuey --version)
 //
 // It reaches the broker at $AMQP_URL (or --url), and its management HTTP
-// API, for hold queues and unacknowledged counts, at
-// $RABBITMQ_MANAGEMENT_URL (or --management-url) when set. --json prints
-// JSON for scripts instead of tables. Redrive and purge ask for
-// confirmation on a terminal, and need --yes otherwise. Run queuey --help
-// for every flag; the README's "Operating queuey" walks through a
-// dead-letter session, and docs/operating.md says what each command does to
-// the queues.
+// API at $RABBITMQ_MANAGEMENT_URL (or --management-url) when set: queues
+// and delete need the API, since AMQP cannot list queues; stats uses it
+// for hold queues and unacknowledged counts, and shows what AMQP alone
+// can, with a note on stderr, when it is not set or fails. --json prints
+// JSON for scripts instead of tables. Redrive, purge and delete ask for
+// confirmation on a terminal, and need --yes otherwise; delete first says
+// how many messages it would delete. Exit status 0 means done, nothing to
+// list, redrive or purge included; 1 that the broker or its API failed or
+// refused, a named queue or job does not exist, or the answer was no; 2 a
+// bad command line or a missing setting. Run queuey --help for every
+// flag; the README's "Operating queuey" walks through a dead-letter
+// session, and docs/operating.md says what each command does to the
+// queues.
 //
 // Install it with
 //

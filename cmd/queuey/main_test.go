@@ -90,6 +90,24 @@ func newDeployment(t *testing.T) *deployment {
 	return d
 }
 
+// managementURL is the URL of a management API over d: "ok" its own, "401"
+// its own with a password it refuses, "refused" one where nothing listens.
+func (d *deployment) managementURL(t *testing.T, which string) string {
+	t.Helper()
+	switch which {
+	case "ok":
+		return d.mgmt.URL
+	case "401":
+		return strings.Replace(d.mgmt.URL, "http://", "http://guest:topsecret@", 1)
+	case "refused":
+		gone := httptest.NewServer(http.NotFoundHandler())
+		gone.Close()
+		return gone.URL
+	}
+	t.Fatalf("no management API %q", which)
+	return ""
+}
+
 func (d *deployment) count(t *testing.T, queue string) int {
 	t.Helper()
 	q, ok := d.broker.Queue(queue)
@@ -129,7 +147,7 @@ func TestCommands(t *testing.T) {
 		name        string
 		args        []string
 		noURL       bool
-		mgmt        bool
+		mgmt        string // the management API: "" none, "ok", "401" (a wrong password), "refused", or a URL
 		stdin       string
 		interactive bool
 		code        int
@@ -145,14 +163,35 @@ func TestCommands(t *testing.T) {
 			stderr: []string{"cannot reach the broker at amqp://guest:xxxxx@nowhere:5672/"}, dead: 6, work: 2},
 		{name: "flag a command does not take", args: []string{"stats", "jobs", "--yes"}, code: 2, stderr: []string{"stats does not take --yes"}, dead: 6, work: 2},
 		{name: "bad limit", args: []string{"dead", "ls", "jobs", "--limit", "-1"}, code: 2, stderr: []string{"--limit must be"}, dead: 6, work: 2},
-		{name: "bad management URL", args: []string{"stats", "jobs", "--management-url", "localhost:15672"}, code: 2, stderr: []string{"management API URL"}, dead: 6, work: 2},
+		{name: "version", args: []string{"version"}, noURL: true, code: 0, stdout: []string{"queuey "}, dead: 6, work: 2},
+		{name: "version flag", args: []string{"--version"}, noURL: true, code: 0, stdout: []string{"queuey "}, dead: 6, work: 2},
+		{name: "version with an argument", args: []string{"version", "jobs"}, code: 2, stderr: []string{"version takes no arguments"}, dead: 6, work: 2},
 
 		{name: "stats", args: []string{"stats", "jobs"}, code: 0,
 			stdout: []string{"QUEUE  READY  UNACKED  CONSUMERS  DEAD  HOLD QUEUES  HELD\njobs   2      -        0          6     -            -", "need the management API"}, dead: 6, work: 2},
-		{name: "stats with the management API", args: []string{"stats", "jobs"}, mgmt: true, code: 0,
+		{name: "stats with the management API", args: []string{"stats", "jobs"}, mgmt: "ok", code: 0,
 			stdout: []string{"jobs   2      0        0          6     23           1", "jobs.deferred.ladder.16000  16s  ladder  1", "(and 22 empty)"}, dead: 6, work: 2},
-		{name: "stats json", args: []string{"stats", "--json", "jobs"}, mgmt: true, code: 0,
+		{name: "stats json", args: []string{"stats", "--json", "jobs"}, mgmt: "ok", code: 0,
 			stdout: []string{`"dead": 6`, `"name": "jobs.deferred.ladder.16000"`, `"ttl_ms": 16000`, `"unacked": 0`}, dead: 6, work: 2},
+		{name: "stats when the management API refuses the user", args: []string{"stats", "jobs"}, mgmt: "401", code: 0,
+			stdout: []string{"jobs   2      -        0          6     -            -", "(unacked and hold queues unknown: the management API failed)"},
+			stderr: []string{"queuey: the management API failed, so unacked counts and hold queues are unknown: ", "401 Unauthorized"}, dead: 6, work: 2},
+		{name: "stats when the management API is not there", args: []string{"stats", "jobs", "--json"}, mgmt: "refused", code: 0,
+			stdout: []string{`"dead": 6`, `"unacked": null`, `"holds": null`}, stderr: []string{"the management API failed", "refused"}, dead: 6, work: 2},
+		{name: "stats with a bad management URL", args: []string{"stats", "jobs", "--management-url", "localhost:15672"}, code: 0,
+			stdout: []string{"jobs   2      -"}, stderr: []string{"the management API failed", `management API URL "localhost:15672": want http(s)://host:port/`}, dead: 6, work: 2},
+		{name: "stats with a bad management URL and a password", args: []string{"stats", "jobs", "--management-url", "htp://guest:topsecret@localhost:15672"}, code: 0,
+			stdout: []string{"jobs   2      -"}, stderr: []string{"the management API failed", "xxxxx"}, dead: 6, work: 2},
+
+		{name: "queues", args: []string{"queues"}, mgmt: "ok", code: 0,
+			stdout: []string{"QUEUE  READY  UNACKED  CONSUMERS  DEAD  HOLD QUEUES  HELD\njobs   2      0        0          6     23           1\n\n"}, dead: 6, work: 2},
+		{name: "queues json", args: []string{"queues", "--json"}, mgmt: "ok", code: 0,
+			stdout: []string{`"queue": "jobs"`, `"dead": 6`, `"unacked": 0`, `"name": "jobs.deferred.relay"`}, dead: 6, work: 2},
+		{name: "queues without the management API", args: []string{"queues"}, code: 2,
+			stderr: []string{"queues needs the management API, since AMQP cannot list queues: set RABBITMQ_MANAGEMENT_URL or pass --management-url"}, dead: 6, work: 2},
+		{name: "queues with a bad management URL", args: []string{"queues", "--management-url", "localhost:15672"}, code: 2, stderr: []string{"management API URL"}, dead: 6, work: 2},
+		{name: "queues when the management API refuses the user", args: []string{"queues"}, mgmt: "401", code: 1, stderr: []string{"401 Unauthorized"}, dead: 6, work: 2},
+		{name: "queues with an argument", args: []string{"queues", "jobs"}, mgmt: "ok", code: 2, stderr: []string{"queues takes no arguments"}, dead: 6, work: 2},
 		{name: "stats unknown queue", args: []string{"stats", "nope"}, code: 1, stderr: []string{`no such queue: "nope"`, "--dead-suffix"}, dead: 6, work: 2},
 
 		{name: "ls", args: []string{"dead", "ls", "jobs"}, code: 0,
@@ -162,27 +201,39 @@ func TestCommands(t *testing.T) {
 		{name: "ls limit", args: []string{"dead", "ls", "jobs", "--limit", "2"}, code: 0, stdout: []string{"the first 2"}, dead: 6, work: 2},
 		{name: "ls json", args: []string{"dead", "ls", "jobs", "--kind", "charge", "--json"}, code: 0,
 			stdout: []string{`"id": "c-0"`, `"reason": "fatal: card declined"`, `"envelope": {`}, dead: 6, work: 2},
-		{name: "ls matching nothing", args: []string{"dead", "ls", "jobs", "--kind", "sms"}, code: 1, stderr: []string{`no dead letter of jobs matches --kind "sms"`}, dead: 6, work: 2},
+		{name: "ls matching nothing", args: []string{"dead", "ls", "jobs", "--kind", "sms"}, code: 0, stdout: []string{`no dead letters of jobs match --kind "sms"`}, dead: 6, work: 2},
+		{name: "ls json matching nothing", args: []string{"dead", "ls", "jobs", "--kind", "sms", "--json"}, code: 0, stdout: []string{"[]"}, dead: 6, work: 2},
+		{name: "ls ignores the management API", args: []string{"dead", "ls", "jobs", "--management-url", "localhost:15672"}, code: 0, stdout: []string{"e-0"}, dead: 6, work: 2},
 		{name: "ls unknown queue", args: []string{"dead", "ls", "nope"}, code: 1, stderr: []string{`no such queue: "nope.dead"`}, dead: 6, work: 2},
 
-		{name: "show", args: []string{"dead", "show", "jobs", "c-1"}, code: 0, stdout: []string{"id:          c-1", "reason:      fatal: card declined", `"kind": "charge"`}, dead: 6, work: 2},
-		{name: "show unknown id", args: []string{"dead", "show", "jobs", "zz"}, code: 1, stderr: []string{`has the job ID "zz"`}, dead: 6, work: 2},
+		{name: "show", args: []string{"dead", "show", "jobs", "c-1"}, code: 0,
+			stdout: []string{"id:               c-1\n", "reason:           fatal: card declined\n", "dead-lettered at: 20", `"kind": "charge"`}, dead: 6, work: 2},
+		{name: "show json", args: []string{"dead", "show", "jobs", "c-1", "--json"}, code: 0, stdout: []string{`"id": "c-1"`}, dead: 6, work: 2},
+		{name: "show unknown id", args: []string{"dead", "show", "jobs", "zz"}, code: 1, stderr: []string{`queuey: jobs has no dead letter with the job ID "zz"`}, dead: 6, work: 2},
 
-		{name: "redrive needs yes", args: []string{"dead", "redrive", "jobs"}, code: 2, stderr: []string{"pass --yes"}, dead: 6, work: 2},
+		{name: "redrive needs yes", args: []string{"dead", "redrive", "jobs"}, code: 2,
+			stderr: []string{"queuey: not confirmed, so nothing was done: queuey would redrive 5 dead letters from jobs.dead to jobs, but it cannot ask since stdin is not a terminal; pass --yes to go ahead"}, dead: 6, work: 2},
 		{name: "redrive declined", args: []string{"dead", "redrive", "jobs"}, interactive: true, stdin: "n\n", code: 1,
-			stderr: []string{"Redrive 5 dead letters (any) from jobs.dead to jobs, attempts kept? [y/N]", "cancelled"}, dead: 6, work: 2},
+			stderr: []string{"Redrive the 5 dead letters (not the malformed one) from jobs.dead to jobs, keeping their attempt counts? [y/N]", "cancelled"}, dead: 6, work: 2},
+		{name: "redrive all declined", args: []string{"dead", "redrive", "jobs", "--malformed", "--reset-attempts"}, interactive: true, stdin: "no\n", code: 1,
+			stderr: []string{"Redrive all 6 dead letters from jobs.dead to jobs, starting their attempts over at 1? [y/N]"}, dead: 6, work: 2},
+		{name: "redrive one declined", args: []string{"dead", "redrive", "jobs", "--id", "e-1"}, interactive: true, stdin: "\n", code: 1,
+			stderr: []string{`Redrive the one dead letter matching --id "e-1" from jobs.dead to jobs, keeping its attempt count? [y/N]`}, dead: 6, work: 2},
 		{name: "redrive confirmed", args: []string{"dead", "redrive", "jobs", "--reason", "exhausted", "--reset-attempts"}, interactive: true, stdin: "y\n", code: 0,
 			stdout: []string{"redrove 3 of 6 dead letters read from jobs.dead to jobs (attempts reset to 1); left in place: 3 not matching"}, dead: 3, work: 5},
 		{name: "redrive yes", args: []string{"dead", "redrive", "jobs", "--yes", "--id", "c-0,e-2"}, code: 0, stdout: []string{"redrove 2 of 6"}, dead: 4, work: 4},
 		{name: "redrive dry run", args: []string{"dead", "redrive", "jobs", "--dry-run", "--malformed"}, code: 0, stdout: []string{"dry run: would redrive 6 of 6"}, dead: 6, work: 2},
 		{name: "redrive json", args: []string{"dead", "redrive", "jobs", "--yes", "--kind", "charge", "--json"}, code: 0,
 			stdout: []string{`"moved": 2`, `"skipped": 4`}, dead: 4, work: 4},
-		{name: "redrive matching nothing", args: []string{"dead", "redrive", "jobs", "--yes", "--reason", "timeout"}, code: 1,
-			stderr: []string{`nothing to redrive: no dead letter of jobs matches --reason "timeout"`}, dead: 6, work: 2},
+		{name: "redrive matching nothing", args: []string{"dead", "redrive", "jobs", "--yes", "--reason", "timeout"}, code: 0,
+			stdout: []string{`nothing to redrive: no dead letters of jobs match --reason "timeout"`}, dead: 6, work: 2},
+		{name: "redrive json matching nothing", args: []string{"dead", "redrive", "jobs", "--reason", "timeout", "--json"}, code: 0,
+			stdout: []string{`"moved": 0`, `"skipped": 6`}, dead: 6, work: 2},
 
-		{name: "purge needs yes", args: []string{"dead", "purge", "jobs"}, code: 2, stderr: []string{"pass --yes"}, dead: 6, work: 2},
+		{name: "purge needs yes", args: []string{"dead", "purge", "jobs"}, code: 2,
+			stderr: []string{"queuey would delete all 6 dead letters of jobs.dead, but it cannot ask since stdin is not a terminal; pass --yes to go ahead"}, dead: 6, work: 2},
 		{name: "purge declined", args: []string{"dead", "purge", "jobs"}, interactive: true, stdin: "\n", code: 1,
-			stderr: []string{"Delete all 6 dead letters of jobs.dead? This cannot be undone. [y/N]"}, dead: 6, work: 2},
+			stderr: []string{"Delete all 6 dead letters of jobs.dead for good? [y/N]"}, dead: 6, work: 2},
 		{name: "purge", args: []string{"dead", "purge", "jobs", "--yes"}, code: 0, stdout: []string{"purged 6 dead letters from jobs.dead"}, dead: 0, work: 2},
 		{name: "purge a filter", args: []string{"dead", "purge", "jobs", "--yes", "--kind", "x"}, code: 2, stderr: []string{"dead purge does not take --kind"}, dead: 6, work: 2},
 	} {
@@ -192,8 +243,8 @@ func TestCommands(t *testing.T) {
 			if tc.noURL {
 				env = nil
 			}
-			if tc.mgmt {
-				env["RABBITMQ_MANAGEMENT_URL"] = d.mgmt.URL
+			if tc.mgmt != "" {
+				env["RABBITMQ_MANAGEMENT_URL"] = d.managementURL(t, tc.mgmt)
 			}
 			code, stdout, stderr := d.runCLI(t, env, tc.stdin, tc.interactive, tc.args...)
 			if code != tc.code {

@@ -1,0 +1,208 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+)
+
+// ErrNotWorkQueue is the error of TopologyQueues and DeleteTopology for a
+// name that is not a work queue: a dead-letter, hold, relay or warm-marker
+// queue of one, or a queue standing alone with nothing of queuey's beside
+// it.
+var ErrNotWorkQueue = errors.New("rabbitmq: not a work queue")
+
+// ErrQueueInUse is the error of DeleteTopology when a queue of the
+// topology has consumers: workers consuming the work queue or its relay
+// queue, or an operator's tool reading the dead-letter queue.
+var ErrQueueInUse = errors.New("rabbitmq: queue in use")
+
+// TopologyQueue is one queue of a work queue's topology.
+type TopologyQueue struct {
+	Name string
+	// Role is "work" (the work queue), "dead" (its dead-letter queue),
+	// "warm" (the ladder's warm marker), or a hold queue's HoldStats.Type:
+	// "ladder", "relay", "classic" or "quorum".
+	Role string
+	// Messages counts the queue's messages, ready and unacknowledged: what
+	// deleting it drops. DeleteTopology reports the broker's count at the
+	// deletion.
+	Messages  int
+	Consumers int
+}
+
+// queueDeleter is what DeleteTopology needs of a channel besides an
+// InspectChannel: *amqp091.Channel and *membroker.Channel have it.
+type queueDeleter interface {
+	QueueDelete(name string, ifUnused, ifEmpty, noWait bool) (int, error)
+}
+
+// TopologyQueues finds the queues of queue's topology that exist now, in
+// the order DeleteTopology deletes them, with their counts: the warm
+// marker, the work queue, its hold queues (ladder rungs, relay queue,
+// classic hold queues q.deferred.TTL, the per-TTL quorum hold queues of
+// earlier releases), then its dead-letter queue. It needs a QueueLister
+// (an error wrapping ErrNoQueueLister otherwise) to find the hold queues
+// whose names it cannot know (a classic hold's TTL, the rungs of other
+// granularities); each queue it finds is then declared passively for
+// exact ready and consumer counts, with the lister's unacknowledged count
+// added.
+//
+// A name that is a dead-letter, hold, relay or warm-marker queue itself,
+// or a queue with no other queue of a topology beside it (not a queuey
+// work queue), is an error wrapping ErrNotWorkQueue; a name of which no
+// queue exists, one wrapping ErrNoSuchQueue. The work queue itself may be
+// missing, after a deletion that stopped partway.
+func (in *Inspector) TopologyQueues(ctx context.Context, queue string) ([]TopologyQueue, error) {
+	if parent, role, ok := in.auxiliaryOf(queue); ok {
+		return nil, fmt.Errorf("%w: %q is %s of %q; name the work queue %q to delete its whole topology",
+			ErrNotWorkQueue, queue, roleName(role), parent, parent)
+	}
+	if err := in.top.CheckQueueName(queue); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotWorkQueue, err)
+	}
+	if in.list == nil {
+		return nil, ErrNoQueueLister
+	}
+	listing, err := in.list.ListQueues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: listing queues: %w", err)
+	}
+	unacked := map[string]int{}
+	var holds []QueueListing
+	for _, l := range listing {
+		unacked[l.Name] = l.Unacked
+		if _, ok := in.holdOf(queue, l); ok {
+			holds = append(holds, l)
+		}
+	}
+	// The names it knows, then those only the listing shows.
+	names := []string{in.top.WarmQueue(queue), queue}
+	for _, ttl := range in.top.Rungs() {
+		names = append(names, in.top.LadderQueue(queue, ttl))
+	}
+	names = append(names, in.top.RelayQueue(queue))
+	for _, h := range holds {
+		if !slices.Contains(names, h.Name) {
+			names = append(names, h.Name)
+		}
+	}
+	names = append(names, in.top.DeadQueue(queue))
+	var found []TopologyQueue
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		q, err := in.declarePassive(name)
+		if errors.Is(err, ErrNoSuchQueue) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, TopologyQueue{Name: name, Role: in.roleOf(queue, name), Messages: q.Messages + unacked[name], Consumers: q.Consumers})
+	}
+	switch {
+	case len(found) == 0:
+		return nil, fmt.Errorf("%w: %q, nor any queue of its topology", ErrNoSuchQueue, queue)
+	case len(found) == 1 && found[0].Name == queue:
+		return nil, fmt.Errorf("%w: %q has no dead-letter or hold queue beside it (%q): it is not a queuey work queue",
+			ErrNotWorkQueue, queue, in.top.DeadQueue(queue))
+	}
+	return found, nil
+}
+
+// roleOf is the TopologyQueue.Role of name, one of queue's topology.
+func (in *Inspector) roleOf(queue, name string) string {
+	if name == queue {
+		return "work"
+	}
+	_, role, _ := in.auxiliaryOf(name)
+	return role
+}
+
+// roleName says in words what a queue of a role is to its work queue.
+func roleName(role string) string {
+	switch role {
+	case "dead":
+		return "the dead-letter queue"
+	case "warm":
+		return "the hold ladder's warm marker"
+	case "relay":
+		return "the relay queue"
+	case "ladder":
+		return "a hold ladder rung"
+	}
+	return "a " + role + " hold queue"
+}
+
+// DeleteTopology deletes queue's whole topology for good, as
+// TopologyQueues finds it when called: the work queue, its dead-letter
+// queue, its hold ladder (rungs, relay queue and warm marker), its classic
+// hold queues and the quorum hold queues of earlier releases. It returns
+// the queues it deleted, each with the count of messages the broker
+// reported deleting, and after an error those it had deleted before.
+//
+// Every message still in those queues is lost: waiting jobs, jobs held
+// for a retry or a deferral, and dead letters. The broker drops them; it
+// does not dead-letter them. Count them first with TopologyQueues.
+//
+// It refuses, with an error wrapping ErrQueueInUse and deleting nothing,
+// while any of these queues has consumers: a worker still running would
+// declare its queues again, and one that is starting may still do so, so
+// stop producers and workers first. Its errors are TopologyQueues', and
+// after a failure partway, running it again deletes the rest. The warm
+// marker goes first: a ladder left without its marker makes the next
+// process to declare it wait out its warm-up, where a marker left without
+// its ladder would let a ladder declared afresh hold jobs at once.
+//
+// The channels the Inspector opens must have QueueDelete, as
+// *amqp091.Channel and *membroker.Channel do.
+func (in *Inspector) DeleteTopology(ctx context.Context, queue string) ([]TopologyQueue, error) {
+	found, err := in.TopologyQueues(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range found {
+		if q.Consumers > 0 {
+			n := "1 consumer"
+			if q.Consumers > 1 {
+				n = strconv.Itoa(q.Consumers) + " consumers"
+			}
+			return nil, fmt.Errorf("%w: %q has %s: stop the workers of %q first, or they would declare its queues again",
+				ErrQueueInUse, q.Name, n, queue)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ch, err := in.open()
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: opening a channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	del, ok := ch.(queueDeleter)
+	if !ok {
+		return nil, fmt.Errorf("rabbitmq: deleting the queues of %q: the channel (%T) has no QueueDelete", queue, ch)
+	}
+	var deleted []TopologyQueue
+	total := 0
+	for _, q := range found {
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+		n, err := del.QueueDelete(q.Name, false, false, false)
+		if err != nil {
+			return deleted, fmt.Errorf("rabbitmq: deleting queue %q of %q (%d of %d deleted): %w", q.Name, queue, len(deleted), len(found), err)
+		}
+		q.Messages = n
+		deleted = append(deleted, q)
+		total += n
+	}
+	in.log.InfoContext(ctx, "queuey: deleted a work queue's topology", slog.String("queue", queue),
+		slog.Int("queues", len(deleted)), slog.Int("messages", total))
+	return deleted, nil
+}
