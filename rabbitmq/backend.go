@@ -311,8 +311,12 @@ func (b *Backend) supervise(p *publisher) {
 	for {
 		<-p.Done()
 		cause := p.Err()
+		b.pubMu.Lock()
+		closing := b.closing
+		b.pubMu.Unlock()
 		var next *publisher
 		switch {
+		case closing: // Close closed it: open no other
 		case channelException(cause):
 			next = b.reopen(cause)
 			if next == nil && b.sup != nil {

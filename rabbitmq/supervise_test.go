@@ -982,3 +982,17 @@ func TestAnOutageLogsNothingAboveWarnAndReadyFollowsIt(t *testing.T) {
 		}
 	})
 }
+
+// Close closes the publishing channel first: that is no loss to recover
+// from, and the backend must not open another (nor say it resumed).
+func TestCloseDoesNotResumePublishing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSupervised(t, Backoff{})
+		if err := s.b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if logs := s.logs.String(); strings.Contains(logs, "resumed") {
+			t.Fatalf("Close logged a resumption:\n%s", logs)
+		}
+	})
+}
