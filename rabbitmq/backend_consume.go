@@ -1,0 +1,511 @@
+package rabbitmq
+
+// Consuming: a work queue's subscription that survives reconnections, the
+// relay of held jobs between ladder rungs, and the deliveries whose
+// settlement is guarded against a lost channel.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Consume opens a fresh channel, sets Qos(prefetch, 0, false) on it and
+// consumes queue with manual acknowledgements under a generated consumer
+// tag ("queuey-" and a per-backend counter). prefetch must be between 1 and
+// 65535. The queue need not have been declared through this backend, but
+// must exist. ctx bounds starting the subscription, not its life.
+//
+// The Consumer's Deliveries channel is unbuffered and yields each message
+// once; settle each with Ack or Requeue (basic.reject with requeue, never
+// basic.nack) exactly once: a second settlement is an error that never
+// reaches the broker (where an unknown delivery tag would close the
+// channel). The subscription ends:
+//
+//   - on Consumer.Cancel, the graceful stop: basic.cancel, then Deliveries
+//     closes once what the broker had already sent has been read, and
+//     deliveries received can still be settled until Close; Err is nil;
+//   - on Consumer.Close or Backend.Close: the channel closes, so the broker
+//     requeues every delivery not yet settled (a failed delivery, on a
+//     quorum queue) and settling one afterwards fails; Err is nil;
+//   - when the broker closes the channel or the connection (Err wraps the
+//     *amqp.Error), or cancels the consumer because its queue was deleted
+//     (Err says so). The channel stays open until Close, so deliveries
+//     received before a broker cancel can still be settled.
+//
+// One goroutine per consumer forwards deliveries; it exits when Deliveries
+// closes. Call Close in every case to release the channel.
+func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queuey.Consumer, error) {
+	if err := b.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := checkShortName(queue); err != nil {
+		return nil, err
+	}
+	if prefetch < 1 || prefetch > 65535 {
+		return nil, fmt.Errorf("rabbitmq: consume queue %q: prefetch %d is outside 1..65535", queue, prefetch)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ch, err := b.openChannel(ctx, "consuming queue "+strconv.Quote(queue))
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("rabbitmq: consume queue %q: qos %d: %w", queue, prefetch, err)
+	}
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	tag := "queuey-" + strconv.FormatUint(b.tags.Add(1), 10)
+	in, err := ch.Consume(queue, tag, false, false, false, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, err)
+	}
+	c := &consumer{
+		b:        b,
+		ch:       ch,
+		queue:    queue,
+		tag:      tag,
+		prefetch: prefetch,
+		gen:      1,
+		in:       in,
+		closes:   closes,
+		out:      make(chan queuey.Delivery),
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	c.ctx, c.cancelCtx = context.WithCancel(context.Background())
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		_ = ch.Close()
+		return nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, ErrBackendClosed)
+	}
+	b.consumers[c] = struct{}{}
+	_, ladder := b.declared[queue]
+	ladder = ladder && !b.top.ClassicHolds
+	b.mu.Unlock()
+	b.logger.Debug("rabbitmq: consuming", "queue", queue, "consumer_tag", tag, "prefetch", prefetch)
+	go c.forward()
+	if !ladder {
+		return c, nil
+	}
+	relay, err := b.Consume(ctx, b.top.RelayQueue(queue), relayPrefetch)
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("rabbitmq: consume queue %q: its relay queue: %w", queue, err)
+	}
+	rc := &relayingConsumer{consumer: c, relay: relay.(*consumer)}
+	rc.ctx, rc.stop = context.WithCancel(context.Background())
+	rc.wg.Add(1)
+	go rc.run()
+	return rc, nil
+}
+
+// relayGrace bounds how long Close waits for relays in flight.
+const relayGrace = 5 * time.Second
+
+// relayPrefetch is how many relay deliveries a consumer relays at once.
+const relayPrefetch = 64
+
+// relayingConsumer is a consumer of a work queue with a hold ladder: it
+// also consumes the queue's relay queue and relays what arrives there
+// (Backend.Relay), each delivery on a goroutine of its own, as many at
+// once as relayPrefetch lets the broker send.
+type relayingConsumer struct {
+	*consumer
+	relay *consumer
+	ctx   context.Context // ends at Close: relays in flight give up
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+// run relays until the relay subscription ends.
+func (c *relayingConsumer) run() {
+	defer c.wg.Done()
+	for d := range c.relay.Deliveries() {
+		d := d.(*delivery)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.relayOne(d)
+		}()
+	}
+}
+
+// relayOne relays d, then acknowledges it; a relay that failed returns it
+// to the relay queue after a pause, so that a rung an operator deleted
+// does not spin the relay.
+func (c *relayingConsumer) relayOne(d *delivery) {
+	b := c.consumer.b
+	if d.Stale() {
+		return // its channel went: the broker has requeued it
+	}
+	if err := b.Relay(c.ctx, c.consumer.queue, d.d); err != nil {
+		b.logger.Warn("rabbitmq: relaying a held job failed; it stays in the relay queue", "queue", c.consumer.queue, "error", err)
+		_ = sleepCtx(c.ctx, time.Second)
+		_ = d.Requeue()
+		return
+	}
+	if err := d.Ack(); err != nil {
+		// Its channel went after the publish: the broker requeues it, and
+		// the job goes on twice (at least once, never lost).
+		b.logger.Debug("rabbitmq: relayed job's acknowledgement failed", "queue", c.consumer.queue, "error", err)
+	}
+}
+
+// Cancel cancels both subscriptions; relays in flight finish.
+func (c *relayingConsumer) Cancel() error {
+	return errors.Join(c.consumer.Cancel(), c.relay.Cancel())
+}
+
+// Close cancels the relay subscription, lets the relays in flight finish
+// for up to relayGrace (less if the backend is closing: a relay that gives
+// up leaves its job in the relay queue, or, if its publish was sent, runs
+// it twice), then closes both.
+func (c *relayingConsumer) Close() error {
+	_ = c.relay.Cancel()
+	err := c.consumer.Close()
+	stop := context.AfterFunc(c.consumer.b.closeCtx, c.stop)
+	defer stop()
+	grace := time.AfterFunc(relayGrace, c.stop)
+	defer grace.Stop()
+	c.wg.Wait()
+	c.stop()
+	return errors.Join(err, c.relay.Close())
+}
+
+// consumer is one subscription: a channel of its own, and the goroutine
+// forwarding its deliveries.
+type consumer struct {
+	b        *Backend
+	queue    string
+	tag      string
+	prefetch int
+	// in and closes are the current channel's; only forward touches them.
+	in     <-chan amqp.Delivery
+	closes chan *amqp.Error
+	out    chan queuey.Delivery
+	// ctx ends at Cancel or Close: a resubscription waiting for the
+	// connection gives up.
+	ctx       context.Context
+	cancelCtx context.CancelFunc
+
+	cancelled atomic.Bool   // Cancel or Close was called: the end is ours
+	closing   chan struct{} // closed by Close
+	closeOnce sync.Once
+	closeErr  error
+	done      chan struct{} // closed when forward has returned (after out)
+
+	mu   sync.Mutex
+	ch   Channel     // the current channel: replaced when a supervised consumer resumes
+	gen  uint64      // ch's number, from 1
+	lost chan uint64 // made by Lost; receives gen when ch is lost
+	err  error       // why out was closed; set before it is
+}
+
+// channel returns the consumer's current channel.
+func (c *consumer) channel() Channel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ch
+}
+
+// Lost yields the generation of each channel the subscription loses
+// before it resumes on a fresh one, which only a supervised backend's
+// consumers do (see Connect): every delivery made on a lost channel can no
+// longer be settled, since the broker has requeued it. The generation is
+// sent before any delivery of the next one, and the subscription waits
+// for it to be received. Without a call to Lost, nothing is sent.
+func (c *consumer) Lost() <-chan uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost == nil {
+		c.lost = make(chan uint64)
+	}
+	return c.lost
+}
+
+var _ queuey.Consumer = (*consumer)(nil)
+
+// Deliveries yields the queue's messages; it is closed when the
+// subscription ends.
+func (c *consumer) Deliveries() <-chan queuey.Delivery { return c.out }
+
+// Err reports why Deliveries was closed: nil after Cancel or Close (or
+// Backend.Close); otherwise an error saying why, wrapping the broker's
+// *amqp.Error when it closed the channel or the connection. It is nil
+// while the subscription runs.
+func (c *consumer) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Cancel stops new deliveries (basic.cancel) and returns once the broker
+// has confirmed it. Deliveries closes once what the broker had already
+// sent has been read; deliveries received can still be settled until
+// Close. Cancelling a consumer whose subscription has already ended is not
+// an error.
+func (c *consumer) Cancel() error {
+	c.cancelled.Store(true)
+	c.cancelCtx() // a resubscription waiting for the connection gives up: the end is ours
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	ch := c.channel()
+	if err := ch.Cancel(c.tag, false); err != nil {
+		if ch.IsClosed() {
+			return nil // ended anyway; Err says why
+		}
+		return fmt.Errorf("rabbitmq: cancel consumer %s on queue %q: %w", c.tag, c.queue, err)
+	}
+	return nil
+}
+
+// Close closes the consumer's channel and returns once Deliveries is
+// closed: the broker requeues every delivery not yet settled, and settling
+// one afterwards fails. It is safe to call more than once and concurrently
+// with receiving; later calls return nil.
+func (c *consumer) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancelled.Store(true)
+		close(c.closing)
+		c.cancelCtx()
+		ch := c.channel()
+		c.closeErr = ch.Close()
+		<-c.done
+		if fresh := c.channel(); fresh != ch {
+			// A resubscription installed a fresh channel meanwhile: it
+			// was cancelled, not closed.
+			_ = fresh.Close()
+		}
+		c.b.mu.Lock()
+		delete(c.b.consumers, c)
+		c.b.mu.Unlock()
+		c.b.logger.Debug("rabbitmq: consumer closed", "queue", c.queue, "consumer_tag", c.tag)
+		if c.closeErr != nil {
+			c.closeErr = fmt.Errorf("rabbitmq: close consumer %s on queue %q: %w", c.tag, c.queue, c.closeErr)
+		}
+	})
+	return c.closeErr
+}
+
+// forward hands deliveries to out until the subscription ends, then
+// records why and closes out.
+func (c *consumer) forward() {
+	var err error
+	for {
+		err = c.pump()
+		if err != nil && c.cancelled.Load() {
+			err = nil // our own Cancel or Close raced the broker's end
+		}
+		if err == nil || c.b.sup == nil || !c.channel().IsClosed() {
+			break // ours, unsupervised, or the broker cancelled the consumer
+		}
+		c.b.logger.Warn("rabbitmq: consumer lost its channel: resuming on a fresh one",
+			"queue", c.queue, "consumer_tag", c.tag, "gen", c.gen, "error", err.Error())
+		if !c.notifyLost() {
+			err = nil // closed meanwhile
+			break
+		}
+		if err = c.resubscribe(); err != nil || c.cancelled.Load() {
+			break
+		}
+	}
+	if err != nil {
+		c.b.logger.Warn("rabbitmq: consumer ended by the broker", "queue", c.queue, "consumer_tag", c.tag, "error", err)
+	}
+	c.mu.Lock()
+	c.err = err
+	c.mu.Unlock()
+	close(c.out)
+	close(c.done)
+}
+
+// notifyLost tells Lost's receiver that the current channel is lost; false
+// if the consumer was closed first.
+func (c *consumer) notifyLost() bool {
+	c.mu.Lock()
+	lost, gen := c.lost, c.gen
+	c.mu.Unlock()
+	if lost == nil {
+		return true
+	}
+	select {
+	case lost <- gen:
+		return true
+	case <-c.closing:
+		return false
+	}
+}
+
+// resubscribe consumes the queue again on a fresh channel, once the
+// supervisor has a connection: nil once it does (or the consumer was
+// cancelled or closed meanwhile); an error for a refusal retrying cannot
+// fix (the queue is gone, access refused) or the supervision's end.
+func (c *consumer) resubscribe() error {
+	for {
+		if c.cancelled.Load() {
+			return nil
+		}
+		ch, err := c.b.openChannel(c.ctx, "consuming queue "+strconv.Quote(c.queue))
+		if err != nil {
+			if c.cancelled.Load() {
+				return nil
+			}
+			return fmt.Errorf("rabbitmq: consumer %s on queue %q: resuming: %w", c.tag, c.queue, err)
+		}
+		in, closes, err := c.subscribe(ch)
+		if err != nil {
+			_ = ch.Close()
+			if channelException(err) {
+				// A refusal of this subscription (404: the queue is gone;
+				// 403, 405), which the next connection would repeat.
+				return fmt.Errorf("rabbitmq: consumer %s on queue %q: resuming: %w", c.tag, c.queue, err)
+			}
+			continue // the connection went again (320 CONNECTION_FORCED and the like)
+		}
+		c.mu.Lock()
+		c.ch, c.in, c.closes = ch, in, closes
+		c.gen++
+		gen := c.gen
+		c.mu.Unlock()
+		if c.cancelled.Load() { // Cancel or Close came while it was down
+			_ = ch.Cancel(c.tag, false)
+		}
+		c.b.logger.Info("rabbitmq: consumer resumed", "queue", c.queue, "consumer_tag", c.tag, "gen", gen)
+		return nil
+	}
+}
+
+// subscribe sets ch up as Consume does.
+func (c *consumer) subscribe(ch Channel) (<-chan amqp.Delivery, chan *amqp.Error, error) {
+	if err := ch.Qos(c.prefetch, 0, false); err != nil {
+		return nil, nil, err
+	}
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	in, err := ch.Consume(c.queue, c.tag, false, false, false, false, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return in, closes, nil
+}
+
+// pump forwards deliveries and returns why it stopped: nil for our own
+// Cancel or Close.
+func (c *consumer) pump() error {
+	for {
+		select {
+		case <-c.closing:
+			return nil
+		case e, ok := <-c.closes:
+			return c.closedErr(e, ok)
+		case d, ok := <-c.in:
+			if !ok {
+				return c.inClosed()
+			}
+			select {
+			case c.out <- &delivery{d: d, c: c, gen: c.gen}:
+			case <-c.closing:
+				return nil // not handed out: requeued as the channel closes
+			case e, ok := <-c.closes:
+				return c.closedErr(e, ok)
+			}
+		}
+	}
+}
+
+// inClosed tells why the delivery channel closed: our Cancel or Close; the
+// channel or connection closed (amqp091 and membroker both mark the channel
+// closed before they close its consumers, and hand the NotifyClose
+// listener the broker's reason, if any, no later); or the broker cancelled
+// the consumer.
+func (c *consumer) inClosed() error {
+	switch {
+	case c.channel().IsClosed():
+		e, ok := <-c.closes
+		return c.closedErr(e, ok)
+	case c.cancelled.Load():
+		return nil
+	}
+	return fmt.Errorf("rabbitmq: consumer %s on queue %q cancelled by the broker (was the queue deleted?)", c.tag, c.queue)
+}
+
+// closedErr is the error for the channel's closing, e being what its
+// NotifyClose listener received: the broker's reason, or nothing for a
+// clean close.
+func (c *consumer) closedErr(e *amqp.Error, ok bool) error {
+	if ok && e != nil {
+		return fmt.Errorf("rabbitmq: consumer %s on queue %q: channel closed by the broker: %w", c.tag, c.queue, e)
+	}
+	if c.cancelled.Load() {
+		return nil
+	}
+	return fmt.Errorf("rabbitmq: consumer %s on queue %q: channel closed: %w", c.tag, c.queue, amqp.ErrClosed)
+}
+
+// delivery is one message handed to a consumer.
+type delivery struct {
+	d    amqp.Delivery
+	c    *consumer
+	gen  uint64      // the consumer's channel it came on
+	done atomic.Bool // settled
+}
+
+// Generation is the number of the consumer's channel the delivery came on:
+// 1, then one more each time a supervised consumer resumes (see Lost).
+func (d *delivery) Generation() uint64 { return d.gen }
+
+// Stale reports whether the delivery can no longer be settled: the
+// channel it came on has closed, so the broker has requeued it. The worker
+// asks before it publishes a job's successor, since a successor published
+// then would run beside the requeued job.
+func (d *delivery) Stale() bool {
+	c := d.c
+	c.mu.Lock()
+	ch, gen := c.ch, c.gen
+	c.mu.Unlock()
+	return gen != d.gen || ch.IsClosed()
+}
+
+var _ queuey.Delivery = (*delivery)(nil)
+
+func (d *delivery) Body() []byte      { return d.d.Body }
+func (d *delivery) Priority() uint8   { return d.d.Priority }
+func (d *delivery) Redelivered() bool { return d.d.Redelivered }
+
+// Ack acknowledges the message (basic.ack, one delivery).
+func (d *delivery) Ack() error {
+	return d.settle("ack", func() error { return d.d.Ack(false) })
+}
+
+// Requeue returns the message to its queue with basic.reject and requeue,
+// never basic.nack: on RabbitMQ 4.3 only a reject counts toward a quorum
+// queue's delivery limit.
+func (d *delivery) Requeue() error {
+	return d.settle("requeue", func() error { return d.d.Reject(true) })
+}
+
+func (d *delivery) settle(op string, f func() error) error {
+	if !d.done.CompareAndSwap(false, true) {
+		// A second settlement would close the channel with 406
+		// PRECONDITION_FAILED (unknown delivery tag): refuse it here.
+		return fmt.Errorf("rabbitmq: %s delivery %d on queue %q: already settled", op, d.d.DeliveryTag, d.c.queue)
+	}
+	if err := f(); err != nil {
+		return fmt.Errorf("rabbitmq: %s delivery %d on queue %q: %w", op, d.d.DeliveryTag, d.c.queue, err)
+	}
+	return nil
+}
