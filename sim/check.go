@@ -25,23 +25,11 @@ func receiveNow(d *amqp.Delivery, c <-chan amqp.Delivery) (ok bool) {
 	}
 }
 
-// Invariants, by number.
-var invariantNames = [...]string{
-	1: "never released early",
-	2: "never stuck behind a longer wait",
-	3: "deferrals never spend attempts",
-	4: "ahead of the backlog",
-	5: "conservation",
-	6: "no hold queue expires with messages",
-	7: "hold queues bounded",
-	8: "dead letters carry the right reason",
-	9: "reconnection keeps to its backoff",
-}
-
-// InvariantName returns the short name of invariant n (1–9).
+// InvariantName returns the short name of invariant n (1–9), as
+// Violation.Name gives it.
 func InvariantName(n int) string {
-	if n > 0 && n < len(invariantNames) {
-		return invariantNames[n]
+	if n > 0 && n < len(invariants) {
+		return invariants[n].name
 	}
 	return "invariant " + strconv.Itoa(n)
 }
@@ -81,18 +69,18 @@ func (v Violation) String() string {
 	return b.String()
 }
 
-func (r *runner) violate(inv int, j *job, detail string) {
+func (r *runner) violate(inv invariant, j *job, detail string) {
 	r.res.ViolationCount++
-	r.res.ViolationsByInvariant[inv]++
+	r.res.ViolationsByInvariant[int(inv)]++
 	var n uint64
 	if j != nil {
 		n = j.n
 	}
-	r.emit(Event{Kind: EvViolation, Job: n, Worker: -1, Detail: fmt.Sprintf("invariant %d (%s): %s", inv, InvariantName(inv), detail)})
+	r.emit(Event{Kind: EvViolation, Job: n, Worker: -1, Detail: fmt.Sprintf("invariant %d (%s): %s", inv, invariants[inv].name, detail)})
 	if len(r.res.Violations) >= r.opts.MaxViolations {
 		return
 	}
-	v := Violation{Invariant: inv, Name: InvariantName(inv), At: r.now(), Job: n, Detail: detail, seq: r.rec.events}
+	v := Violation{Invariant: int(inv), Name: invariants[inv].name, At: r.now(), Job: n, Detail: detail, seq: r.rec.events}
 	r.res.Violations = append(r.res.Violations, v)
 }
 
@@ -197,7 +185,7 @@ func (r *runner) observe(ev membroker.Event) {
 			r.holdsChanged(q, +1)
 			r.emit(Event{Kind: EvHoldCreated, Queue: ev.Queue, Worker: -1})
 			if q.holds > q.holdBound {
-				r.violate(7, nil, fmt.Sprintf("%s has %d hold queues, over the bound of %d", q.spec.Name, q.holds, q.holdBound))
+				r.violate(invHoldsBounded, nil, fmt.Sprintf("%s has %d hold queues, over the bound of %d", q.spec.Name, q.holds, q.holdBound))
 			}
 		}
 	case membroker.EventQueueDeleted:
@@ -207,7 +195,7 @@ func (r *runner) observe(ev membroker.Event) {
 			r.holdsChanged(q, -1)
 			r.emit(Event{Kind: EvHoldExpired, Queue: ev.Queue, Worker: -1, Detail: ev.Reason})
 			if ev.Messages > 0 {
-				r.violate(6, nil, fmt.Sprintf("hold queue %s went (%s) with %d messages in it", ev.Queue, ev.Reason, ev.Messages))
+				r.violate(invHoldExpiresEmpty, nil, fmt.Sprintf("hold queue %s went (%s) with %d messages in it", ev.Queue, ev.Reason, ev.Messages))
 				r.lose(ev.Queue, ev.Messages)
 			}
 		case qr.role == roleWork || qr.role == roleDead || qr.role == roleWait:
@@ -222,7 +210,7 @@ func (r *runner) observe(ev membroker.Event) {
 		}
 		if ev.Dropped {
 			j.copies--
-			r.violate(5, j, fmt.Sprintf("the broker dropped a copy from %s (%s)", ev.Queue, ev.Reason))
+			r.violate(invConservation, j, fmt.Sprintf("the broker dropped a copy from %s (%s)", ev.Queue, ev.Reason))
 			return
 		}
 		if qr.role == roleWork {
@@ -374,7 +362,7 @@ func (r *runner) enqueued(qr queueRole, ev membroker.Event) {
 		if k := r.pendingHold(j, ev.Queue); k >= 0 {
 			h := &j.holds[k]
 			if late := r.now() - (h.rungAt + h.rung); late < 0 || late > expiryResolution+r.releaseSlack {
-				r.violate(2, j, fmt.Sprintf("entered %s at %s, released %s after its TTL", ev.DeadLetteredFrom, appendVirtual(nil, h.rungAt), late))
+				r.violate(invNotStuck, j, fmt.Sprintf("entered %s at %s, released %s after its TTL", ev.DeadLetteredFrom, appendVirtual(nil, h.rungAt), late))
 			}
 		}
 	case roleHold, roleWait:
@@ -419,9 +407,9 @@ func (r *runner) enqueued(qr queueRole, ev membroker.Event) {
 		}
 		r.emit(Event{Kind: EvDeadLetter, Job: j.n, Queue: q.spec.Name, Worker: -1, Detail: ev.Reason + " (by the broker)"})
 		if ev.Reason != "delivery_limit" {
-			r.violate(8, j, fmt.Sprintf("dead-lettered by the broker for %q", ev.Reason))
+			r.violate(invDeadLetterReason, j, fmt.Sprintf("dead-lettered by the broker for %q", ev.Reason))
 		} else if want := deliveryLimit + 1; j.returns != want {
-			r.violate(8, j, fmt.Sprintf("dead-lettered for delivery_limit after %d counted returns, want %d", j.returns, want))
+			r.violate(invDeadLetterReason, j, fmt.Sprintf("dead-lettered for delivery_limit after %d counted returns, want %d", j.returns, want))
 		}
 		j.deadWant = append(j.deadWant, deadWant{reason: "delivery_limit"})
 		r.end1(j, "dead-lettered", "delivery_limit")
@@ -458,7 +446,7 @@ func (r *runner) released(q *simQueue, j *job, ev membroker.Event, from string) 
 	// On the ladder each rung's release is checked on its own (enqueued,
 	// roleRelay); the whole hold must not end early.
 	if late < 0 || (r.top.ClassicHolds && late > expiryResolution+r.releaseSlack) {
-		r.violate(2, j, fmt.Sprintf("held in %s at %s for %s, released %s after it was due", from,
+		r.violate(invNotStuck, j, fmt.Sprintf("held in %s at %s for %s, released %s after it was due", from,
 			appendVirtual(nil, h.at), h.ttl, late))
 	}
 	for i := range j.expect {
@@ -534,7 +522,7 @@ func (r *runner) delivered(q *simQueue, ev membroker.Event) {
 			q.released = q.released[1:]
 		case ev.Priority < q.top:
 			waiting := r.job(q.released[0])
-			r.violate(4, waiting, fmt.Sprintf("a priority-%d message was delivered from %s while this released deferral waited on it", ev.Priority, q.spec.Name))
+			r.violate(invAheadOfBacklog, waiting, fmt.Sprintf("a priority-%d message was delivered from %s while this released deferral waited on it", ev.Priority, q.spec.Name))
 		default:
 			for i, n := range q.released {
 				if j != nil && n == j.n {
@@ -556,10 +544,10 @@ func (r *runner) delivered(q *simQueue, ev membroker.Event) {
 	j.expect = popFront(j.expect)
 	now := r.now()
 	if now < e.notBefore {
-		r.violate(1, j, fmt.Sprintf("delivered %s before its delay was up", e.notBefore-now))
+		r.violate(invNeverEarly, j, fmt.Sprintf("delivered %s before its delay was up", e.notBefore-now))
 	}
 	if ev.Priority != e.priority {
-		r.violate(4, j, fmt.Sprintf("delivered at priority %d, want %d (a deferral's priority lasts one round)", ev.Priority, e.priority))
+		r.violate(invAheadOfBacklog, j, fmt.Sprintf("delivered at priority %d, want %d (a deferral's priority lasts one round)", ev.Priority, e.priority))
 	}
 	switch {
 	case e.deferred && e.released != 0:
@@ -579,7 +567,7 @@ func (r *runner) checkDelivered(j *job, env queuey.Envelope, d queuey.Delivery) 
 	e := j.delivered[0]
 	j.delivered = popFront(j.delivered)
 	if env.Attempt != e.attempt || env.Deferrals != e.deferrals {
-		r.violate(3, j, fmt.Sprintf("delivered as attempt %d with %d deferrals, issued as attempt %d with %d",
+		r.violate(invDeferralsFree, j, fmt.Sprintf("delivered as attempt %d with %d deferrals, issued as attempt %d with %d",
 			env.Attempt, env.Deferrals, e.attempt, e.deferrals))
 	}
 }
@@ -591,32 +579,32 @@ func (r *runner) checkDecision(j *job, env queuey.Envelope, out outcome, dec wor
 	q := j.q
 	policy := q.cfg.Retry
 	if j.explain == 0 && env.Attempt != j.failures+1 {
-		r.violate(3, j, fmt.Sprintf("attempt %d after %d retryable failures", env.Attempt, j.failures))
+		r.violate(invDeferralsFree, j, fmt.Sprintf("attempt %d after %d retryable failures", env.Attempt, j.failures))
 	}
 	switch res := out.result; {
 	case res == nil:
 		if dec.Action != queuey.ActionAck {
-			r.violate(3, j, "a success was settled as "+dec.Action.String())
+			r.violate(invDeferralsFree, j, "a success was settled as "+dec.Action.String())
 		}
 	case out.label == "retry":
 		exhausted := policy.MaxAttempts > 0 && env.Attempt >= policy.MaxAttempts
 		switch {
 		case exhausted && (dec.Action != queuey.ActionDeadLetter || dec.Reason != queuey.ReasonAttemptsExhausted):
-			r.violate(3, j, fmt.Sprintf("attempt %d of %d failed and was settled as %s", env.Attempt, policy.MaxAttempts, dec.Action))
+			r.violate(invDeferralsFree, j, fmt.Sprintf("attempt %d of %d failed and was settled as %s", env.Attempt, policy.MaxAttempts, dec.Action))
 		case !exhausted && (dec.Action != queuey.ActionRetry || dec.Successor.Attempt != env.Attempt+1 ||
 			dec.Successor.Deferrals != env.Deferrals || dec.Successor.Priority != 0 || dec.Delay > policy.Cap):
-			r.violate(3, j, fmt.Sprintf("a retry settled as %s to attempt %d, priority %d, delay %s", dec.Action,
+			r.violate(invDeferralsFree, j, fmt.Sprintf("a retry settled as %s to attempt %d, priority %d, delay %s", dec.Action,
 				dec.Successor.Attempt, dec.Successor.Priority, dec.Delay))
 		}
 	case strings.HasPrefix(out.label, "defer"):
 		if dec.Action != queuey.ActionDefer || dec.Successor.Attempt != env.Attempt ||
 			dec.Successor.Deferrals != env.Deferrals+1 || dec.Successor.Priority != q.top {
-			r.violate(3, j, fmt.Sprintf("a deferral settled as %s to attempt %d with %d deferrals at priority %d",
+			r.violate(invDeferralsFree, j, fmt.Sprintf("a deferral settled as %s to attempt %d with %d deferrals at priority %d",
 				dec.Action, dec.Successor.Attempt, dec.Successor.Deferrals, dec.Successor.Priority))
 		}
 	case out.label == "fatal":
 		if dec.Action != queuey.ActionDeadLetter || !strings.HasPrefix(dec.Reason, "fatal: ") {
-			r.violate(3, j, "a fatal failure settled as "+dec.Action.String())
+			r.violate(invDeferralsFree, j, "a fatal failure settled as "+dec.Action.String())
 		}
 	}
 }
@@ -635,7 +623,7 @@ func (r *runner) audit(q *simQueue) {
 			continue
 		}
 		if orig, _ := d.Headers[rabbitmq.HeaderOriginalQueue].(string); orig != q.spec.Name {
-			r.violate(8, nil, fmt.Sprintf("dead letter from %s says x-original-queue %q", q.spec.Name, orig))
+			r.violate(invDeadLetterReason, nil, fmt.Sprintf("dead letter from %s says x-original-queue %q", q.spec.Name, orig))
 		}
 		attempts, _ := d.Headers[rabbitmq.HeaderAttempts].(int64)
 		env, err := queuey.DecodeEnvelope(d.Body)
@@ -645,14 +633,14 @@ func (r *runner) audit(q *simQueue) {
 		}
 		j := r.job(jobNumber(env.ID))
 		if j == nil || len(j.deadWant) == 0 {
-			r.violate(8, j, fmt.Sprintf("unexpected dead letter for %s (%s)", env.ID, reason))
+			r.violate(invDeadLetterReason, j, fmt.Sprintf("unexpected dead letter for %s (%s)", env.ID, reason))
 			continue
 		}
 		want := j.deadWant[0]
 		j.deadWant = j.deadWant[1:]
 		r.emit(Event{Kind: EvDeadLetter, Job: j.n, Queue: q.spec.Name, Worker: -1, Attempt: int(attempts), Detail: reason})
 		if reason != want.reason || int(attempts) != want.attempts {
-			r.violate(8, j, fmt.Sprintf("dead letter says %q after %d attempts, want %q after %d", reason, attempts, want.reason, want.attempts))
+			r.violate(invDeadLetterReason, j, fmt.Sprintf("dead letter says %q after %d attempts, want %q after %d", reason, attempts, want.reason, want.attempts))
 		}
 		if len(j.deadWant) == 0 {
 			j.deadWant = nil
@@ -668,11 +656,11 @@ func (r *runner) auditMalformed(q *simQueue, reason string, attempts int64, body
 	want, ok := q.malformed[n]
 	switch {
 	case i < 0 || !ok:
-		r.violate(8, nil, fmt.Sprintf("a dead letter that is neither a job nor a malformed body we sent: %.60q", s))
+		r.violate(invDeadLetterReason, nil, fmt.Sprintf("a dead letter that is neither a job nor a malformed body we sent: %.60q", s))
 	case string(want) != s:
-		r.violate(8, nil, fmt.Sprintf("malformed body %d changed on its way to the dead-letter queue: %.60q", n, s))
+		r.violate(invDeadLetterReason, nil, fmt.Sprintf("malformed body %d changed on its way to the dead-letter queue: %.60q", n, s))
 	case reason != queuey.ReasonMalformed || attempts != 0:
-		r.violate(8, nil, fmt.Sprintf("malformed body %d dead-lettered as %q after %d attempts", n, reason, attempts))
+		r.violate(invDeadLetterReason, nil, fmt.Sprintf("malformed body %d dead-lettered as %q after %d attempts", n, reason, attempts))
 	default:
 		delete(q.malformed, n)
 		r.res.Jobs.MalformedDeadLettered++
@@ -688,13 +676,13 @@ func (r *runner) auditBrokerDeadLetter(q *simQueue, id string, h amqp.Table) {
 		first, _ = deaths[0].(amqp.Table)
 	}
 	if first == nil {
-		r.violate(8, j, fmt.Sprintf("dead letter %q carries neither x-death-reason nor x-death", id))
+		r.violate(invDeadLetterReason, j, fmt.Sprintf("dead letter %q carries neither x-death-reason nor x-death", id))
 		return
 	}
 	reason, _ := first["reason"].(string)
 	from, _ := first["queue"].(string)
 	if reason != "delivery_limit" || from != q.spec.Name {
-		r.violate(8, j, fmt.Sprintf("dead letter %q: x-death says %s from %s", id, reason, from))
+		r.violate(invDeadLetterReason, j, fmt.Sprintf("dead letter %q: x-death says %s from %s", id, reason, from))
 	}
 	if j == nil {
 		return

@@ -289,7 +289,7 @@ func (r *runner) publishIssued(w *worker, a *simAction, issued time.Duration) {
 		// The core must drop the outcome of a delivery whose connection
 		// went: the broker has requeued it, so a successor would be a
 		// second copy of the job.
-		r.violate(5, r.job(d.n), fmt.Sprintf("job %d: its worker published a successor for a delivery of a connection that is gone", d.n))
+		r.violate(invConservation, r.job(d.n), fmt.Sprintf("job %d: its worker published a successor for a delivery of a connection that is gone", d.n))
 		return
 	}
 	j := d.j
@@ -413,7 +413,7 @@ func (r *runner) ack(w *worker, a *simAction) {
 			r.recycle(d)
 		}
 		if w.sub != sub || sub.ch.IsClosed() {
-			r.violate(8, nil, "the consumer stopped after a malformed body")
+			r.violate(invDeadLetterReason, nil, "the consumer stopped after a malformed body")
 		}
 		return
 	}

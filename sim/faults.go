@@ -259,14 +259,14 @@ func (r *runner) checkDial(watch *dialWatch, loop *redial.Core, ev redial.Event)
 	case w.loop != loop && ev.Attempt == 1 && ev.Delay == 0:
 		// A new loop's first dial: at once.
 	case w.loop != loop:
-		r.violate(9, nil, fmt.Sprintf("a new loop's first dial is attempt %d after %s", ev.Attempt, ev.Delay))
+		r.violate(invReconnectBackoff, nil, fmt.Sprintf("a new loop's first dial is attempt %d after %s", ev.Attempt, ev.Delay))
 	case !w.waiting:
-		r.violate(9, nil, fmt.Sprintf("attempt %d dialled with no wait asked for before it", ev.Attempt))
+		r.violate(invReconnectBackoff, nil, fmt.Sprintf("attempt %d dialled with no wait asked for before it", ev.Attempt))
 	case ev.Delay != w.wait || r.now()-w.from != w.wait:
-		r.violate(9, nil, fmt.Sprintf("attempt %d dialled %s after its loop asked for a wait of %s (reported %s)",
+		r.violate(invReconnectBackoff, nil, fmt.Sprintf("attempt %d dialled %s after its loop asked for a wait of %s (reported %s)",
 			ev.Attempt, r.now()-w.from, w.wait, ev.Delay))
 	case ev.Delay < 0 || ev.Delay > backoff.Bound(ev.Attempt):
-		r.violate(9, nil, fmt.Sprintf("attempt %d waited %s, outside the backoff's bound of %s", ev.Attempt, ev.Delay, backoff.Bound(ev.Attempt)))
+		r.violate(invReconnectBackoff, nil, fmt.Sprintf("attempt %d waited %s, outside the backoff's bound of %s", ev.Attempt, ev.Delay, backoff.Bound(ev.Attempt)))
 	}
 }
 

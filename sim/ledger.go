@@ -70,7 +70,7 @@ func (r *runner) end1(j *job, state, reason string) {
 	if j.ended > 1 {
 		r.res.Jobs.Duplicates++
 		if j.ended-1 > j.explain {
-			r.violate(5, j, fmt.Sprintf("job ended %d times (%s after %s) with only %d crash requeues to explain it", j.ended, state, j.state, j.explain))
+			r.violate(invConservation, j, fmt.Sprintf("job ended %d times (%s after %s) with only %d crash requeues to explain it", j.ended, state, j.state, j.explain))
 		}
 		return
 	}

@@ -120,7 +120,7 @@ func (r *runner) finish() *Result {
 		case waiting[n]:
 			res.InFlight["waiting"]++ // Enqueue waits for the broker
 		case j.copies <= 0:
-			r.violate(5, j, "the job has not ended and no copy of it is anywhere")
+			r.violate(invConservation, j, "the job has not ended and no copy of it is anywhere")
 		case len(j.holds) > 0:
 			res.InFlight["held"]++
 		case j.fresh > 0:
@@ -144,7 +144,7 @@ func (r *runner) finish() *Result {
 		pendingMalformed += len(q.malformed)
 	}
 	if onBroker != copies+pendingMalformed {
-		r.violate(5, nil, fmtCount(onBroker, copies, pendingMalformed))
+		r.violate(invConservation, nil, fmtCount(onBroker, copies, pendingMalformed))
 	}
 	res.Events = r.rec.events
 	res.Steps = r.steps
