@@ -21,7 +21,7 @@ import (
 // worker's raw consumer channel, set up with Qos and manual
 // acknowledgements, without blocking), a handler's outcome for a job in
 // hand (success and ack; retry, deferral or fatal failure through
-// workerrules.Decide and workerrules.PublishSuccessor, then ack; requeue with
+// settle.Decide and settle.PublishSuccessor, then ack; requeue with
 // basic.reject), advancing virtual time (by a step, or to a held job's due
 // time give or take a millisecond), crashing a worker (the broker closes
 // its connection) and restarting it, dropping a worker's connection while

@@ -14,8 +14,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"pgregory.net/rapid"
 
+	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
-	"github.com/queuey/queuey/internal/workerrules"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
@@ -133,8 +133,8 @@ type worker struct {
 	idx    int
 	up     bool
 	starts int
-	core   *workerrules.Core[*delivery] // made when the process starts; gone when it crashes
-	gen    workercore.Gen               // its connection's generation in the core
+	core   *settle.Core[*delivery] // made when the process starts; gone when it crashes
+	gen    workercore.Gen          // its connection's generation in the core
 	conn   *membroker.Connection
 	back   *rabbitmq.Backend
 	ch     *membroker.Channel
@@ -310,7 +310,7 @@ func (m *machine) newCore(w *worker) {
 	case sabSettleStale:
 		mut = workercore.MutSettleStale
 	}
-	w.core = workerrules.New[*delivery]([]queuey.QueueConfig{m.qcfg}, workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay, Mutate: mut})
+	w.core = settle.New[*delivery]([]queuey.QueueConfig{m.qcfg}, workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay, Mutate: mut})
 }
 
 // setSabotage breaks the settlement path, before anything is delivered.
@@ -665,7 +665,7 @@ func (m *machine) read(j *job, d amqp.Delivery) {
 }
 
 // kinds lists actions' kinds, for messages.
-func kinds(acts []workerrules.Action[*delivery]) []string {
+func kinds(acts []settle.Action[*delivery]) []string {
 	var out []string
 	for _, a := range acts {
 		out = append(out, a.Kind.String())
@@ -723,7 +723,7 @@ func (m *machine) settle(t rapid.TB, j *job, o outcome, delay time.Duration, u f
 }
 
 // exec carries out w's core's actions for j, whose handler returned o.
-func (m *machine) exec(t rapid.TB, w *worker, j *job, o outcome, delay time.Duration, acts []workerrules.Action[*delivery]) {
+func (m *machine) exec(t rapid.TB, w *worker, j *job, o outcome, delay time.Duration, acts []settle.Action[*delivery]) {
 	t.Helper()
 	for _, a := range acts {
 		switch a.Kind {
@@ -754,7 +754,7 @@ func (m *machine) exec(t rapid.TB, w *worker, j *job, o outcome, delay time.Dura
 
 // requeued carries out the core's answer to a requeue timer: j goes back
 // to its queue.
-func (m *machine) requeued(w *worker, j *job, acts []workerrules.Action[*delivery]) {
+func (m *machine) requeued(w *worker, j *job, acts []settle.Action[*delivery]) {
 	for _, a := range acts {
 		if a.Kind != workercore.Requeue {
 			m.problem("worker %d's core answered job %s's requeue timer with %s", w.idx, j.id, a.Kind)
@@ -775,7 +775,7 @@ func (m *machine) requeued(w *worker, j *job, acts []workerrules.Action[*deliver
 // publish checks the successor the core decided for j against the model,
 // publishes it as the worker does, and reports the broker's answer to the
 // core.
-func (m *machine) publish(t rapid.TB, w *worker, j *job, o outcome, delay time.Duration, a workerrules.Action[*delivery]) {
+func (m *machine) publish(t rapid.TB, w *worker, j *job, o outcome, delay time.Duration, a settle.Action[*delivery]) {
 	t.Helper()
 	dec := a.Decision
 	saved := *j
@@ -807,7 +807,7 @@ func (m *machine) publish(t rapid.TB, w *worker, j *job, o outcome, delay time.D
 		}
 		j.deferrals++
 		j.priority = m.qcfg.TopPriority()
-		ttl := holdTTL(workerrules.Hold(dec), m.cfg.DeferredG)
+		ttl := holdTTL(settle.Hold(dec), m.cfg.DeferredG)
 		m.expect(j, destination(ttl), ttl)
 	case fatal:
 		if dec.Action != queuey.ActionDeadLetter || dec.Reason != "fatal: bad input" || dec.Successor.Attempt != j.attempt {
@@ -833,7 +833,7 @@ func (m *machine) publish(t rapid.TB, w *worker, j *job, o outcome, delay time.D
 		return
 	default:
 		var rerouted string
-		rerouted, err = workerrules.PublishSuccessor(ctx, m.settlement(w), m.qcfg, dec, a.Msg.Body())
+		rerouted, err = settle.PublishSuccessor(ctx, m.settlement(w), m.qcfg, dec, a.Msg.Body())
 		if rerouted != "" {
 			// The model asks for no hold longer than MaxHoldTTL and no job
 			// near the size limit.

@@ -3,7 +3,6 @@ package queuey
 import (
 	"context"
 	"encoding/json"
-	"maps"
 	"time"
 )
 
@@ -60,33 +59,6 @@ type RunOutcome struct {
 	Delay time.Duration
 	// Duration is how long the handler ran.
 	Duration time.Duration
-}
-
-// ExtDueAt is the extension field in which a worker with an Observer
-// stamps when a retried or deferred job is due: an RFC 3339 timestamp.
-// RunInfo.DueAt reads it.
-const ExtDueAt = "queuey_due_at"
-
-// stampDue returns env with ExtDueAt set to due, its Ext copied (the
-// original job's map is shared with its successor).
-func stampDue(env Envelope, due time.Time) Envelope {
-	ext := make(map[string]json.RawMessage, len(env.Ext)+1)
-	maps.Copy(ext, env.Ext)
-	b, _ := json.Marshal(due.UTC().Format(time.RFC3339Nano)) // a string: cannot fail
-	ext[ExtDueAt] = b
-	env.Ext = ext
-	return env
-}
-
-// withoutDueStamp returns env without ExtDueAt, its Ext copied if it had
-// one (the map may be shared with the job that ran).
-func withoutDueStamp(env Envelope) Envelope {
-	if _, ok := env.Ext[ExtDueAt]; ok {
-		ext := maps.Clone(env.Ext)
-		delete(ext, ExtDueAt)
-		env.Ext = ext
-	}
-	return env
 }
 
 // dueAt reads ExtDueAt from ext; zero when absent or not a timestamp.

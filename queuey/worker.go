@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
 )
 
@@ -204,7 +205,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	s := &shell{w: w, ctx: handlerCtx, handlers: w.handlers, timers: map[workercore.ID]*clock.Timer{},
-		core: workercore.New[Delivery](workercore.Rules[Envelope, decision](workerRules(w.queues)),
+		core: settle.New[Delivery](w.queues,
 			workercore.Config{RequeueDelay: w.cfg.RequeueDelay})}
 	// Each subscription's channels are generations of their own in the
 	// core (subGen): one is lost on its own when the broker ends it.
@@ -298,19 +299,7 @@ func (w *Worker) draw() float64 {
 	return w.cfg.Rand()
 }
 
-// workerRules are the pure functions the core settles jobs by. The
-// simulator and the properties use internal/workerrules, the same adapter,
-// which this package cannot import.
-type workerRules []QueueConfig
-
-func (workerRules) Decode(_ int, body []byte) (Envelope, error) { return DecodeEnvelope(body) }
-
-func (r workerRules) Decide(q int, env Envelope, result error, u float64) (decision, bool) {
-	dec := decide(env, result, r[q], u)
-	return dec, dec.Action != ActionAck
-}
-
-type coreAction = workercore.Action[Delivery, Envelope, decision]
+type coreAction = settle.Action[Delivery]
 
 // resumer is a Consumer that survives its connection dropping, as the
 // consumers of a supervised rabbitmq backend do: Lost yields the number of
@@ -348,7 +337,7 @@ type shell struct {
 	// once Run has started, so the map no longer changes.
 	handlers map[string]erasedHandler
 	mu       sync.Mutex
-	core     *workercore.Core[Delivery, Envelope, decision]
+	core     *settle.Core[Delivery]
 	timers   map[workercore.ID]*clock.Timer
 }
 
@@ -526,7 +515,7 @@ func (s *shell) handle(a *coreAction) {
 	if obs != nil {
 		now := s.w.cfg.Clock.Now()
 		if dec.Action == ActionRetry || dec.Action == ActionDefer {
-			dec.Successor = stampDue(dec.Successor, now.Add(dec.Delay))
+			dec.Successor = settle.StampDue(dec.Successor, now.Add(dec.Delay))
 		}
 		observed(RunOutcome{Result: result, Action: dec.Action, Reason: dec.Reason, Delay: dec.Delay, Duration: now.Sub(started)})
 	}
@@ -565,11 +554,11 @@ func (s *shell) publish(a *coreAction) {
 		if obs := s.w.cfg.Observer; obs != nil {
 			obs.Malformed(s.ctx, q.Name)
 		}
-		err = publishMalformed(s.ctx, s.w.backend, q, a.Msg.Body())
+		err = settle.PublishMalformed(s.ctx, s.w.backend, q, a.Msg.Body())
 	} else {
 		s.w.logDecision(s.ctx, q, a.Job, a.Decision)
 		var rerouted string
-		rerouted, err = publishSuccessor(s.ctx, s.w.backend, q, a.Decision, a.Msg.Body())
+		rerouted, err = settle.PublishSuccessor(s.ctx, s.w.backend, q, a.Decision, a.Msg.Body())
 		if rerouted != "" {
 			s.w.cfg.Logger.ErrorContext(s.ctx, "queuey: job dead-lettered: no hold can take its "+a.Decision.Action.String(),
 				append(jobLogAttrs(q, a.Job), slog.Duration("delay", a.Decision.Delay), slog.String("reason", rerouted))...)
@@ -584,7 +573,7 @@ func (s *shell) publish(a *coreAction) {
 
 // logDecision logs a job that was not simply acknowledged. Built only off
 // the hot path: an acknowledged job logs nothing.
-func (w *Worker) logDecision(ctx context.Context, q QueueConfig, env Envelope, dec decision) {
+func (w *Worker) logDecision(ctx context.Context, q QueueConfig, env Envelope, dec settle.Decision) {
 	log := w.cfg.Logger
 	attrs := jobLogAttrs(q, env)
 	switch dec.Action {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/queuey/queuey/internal/workerrules"
+	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
@@ -575,7 +575,7 @@ func (r *runner) checkDelivered(j *job, env queuey.Envelope, d queuey.Delivery) 
 // checkDecision checks a settlement against the handler's result (3): a
 // deferral keeps the attempt and ignores the retry policy, a retry spends
 // exactly one attempt, and attempts spent count retryable failures only.
-func (r *runner) checkDecision(j *job, env queuey.Envelope, out outcome, dec workerrules.Decision) {
+func (r *runner) checkDecision(j *job, env queuey.Envelope, out outcome, dec settle.Decision) {
 	q := j.q
 	policy := q.cfg.Retry
 	if j.explain == 0 && env.Attempt != j.failures+1 {

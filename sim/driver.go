@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/queuey/queuey/internal/backendclock"
+	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
-	"github.com/queuey/queuey/internal/workerrules"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
@@ -64,7 +64,7 @@ func (r *runner) startWorker(w *worker) error {
 	w.tags++
 	tag := fmt.Sprintf("%s-w%d-%d", w.q.spec.Name, w.idx, w.tags)
 	if w.core == nil {
-		w.core = workerrules.New[*simDelivery]([]queuey.QueueConfig{w.q.cfg},
+		w.core = settle.New[*simDelivery]([]queuey.QueueConfig{w.q.cfg},
 			workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay, Mutate: r.opts.mutate.coreMutation()})
 	}
 	w.connGen++
@@ -186,7 +186,7 @@ func (c oldExpiresChannel) QueueDeclare(name string, durable, autoDelete, exclus
 }
 
 // simAction is one of a worker core's actions.
-type simAction = workerrules.Action[*simDelivery]
+type simAction = settle.Action[*simDelivery]
 
 // begin hands a delivery to its worker's core: the product's own
 // settlement logic (internal/workercore) decides everything from here, and
@@ -300,7 +300,7 @@ func (r *runner) publishIssued(w *worker, a *simAction, issued time.Duration) {
 		ttl, _ := r.top.RetryTTL(dec.Delay)
 		cur.ttl = time.Duration(ttl) * time.Millisecond
 	case queuey.ActionDefer:
-		ttl, _ := r.top.DeferredTTL(workerrules.Hold(dec))
+		ttl, _ := r.top.DeferredTTL(settle.Hold(dec))
 		cur.ttl = time.Duration(ttl) * time.Millisecond
 	}
 	if cur.ttl > 0 && !r.s.Legacy && r.top.ClassicHolds {
@@ -364,9 +364,9 @@ func (r *runner) publishIssued(w *worker, a *simAction, issued time.Duration) {
 	r.exec(w, w.core.Published(buf[:0], a.ID, err))
 }
 
-// publishSuccessor is workerrules.PublishSuccessor, with the deliberate bug
+// publishSuccessor is settle.PublishSuccessor, with the deliberate bug
 // Options.mutate asks for in tests.
-func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec workerrules.Decision, delivered []byte) (rerouted string, err error) {
+func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec settle.Decision, delivered []byte) (rerouted string, err error) {
 	switch m := r.opts.mutate; {
 	case m == mutEarly && dec.Delay > 0:
 		dec.Delay /= 4
@@ -379,13 +379,13 @@ func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec workerrule
 	case m == mutWrongReason && dec.Action == queuey.ActionDeadLetter:
 		dec.Reason = "a reason nobody decided"
 	}
-	return workerrules.PublishSuccessor(r.bg, sub.back, q.cfg, dec, delivered)
+	return settle.PublishSuccessor(r.bg, sub.back, q.cfg, dec, delivered)
 }
 
 // publishMalformed dead-letters a body that is not an envelope, verbatim.
 func (r *runner) publishMalformed(w *worker, a *simAction) {
 	d := a.Msg
-	err := workerrules.PublishMalformed(r.bg, d.sub.back, w.q.cfg, d.Body())
+	err := settle.PublishMalformed(r.bg, d.sub.back, w.q.cfg, d.Body())
 	if nr := (*notRipe)(nil); errors.As(err, &nr) {
 		// The dead-letter queue is young: dead-letter it once it is warm.
 		act, gen := *a, w.gen

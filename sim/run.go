@@ -10,8 +10,8 @@ import (
 
 	"github.com/queuey/queuey/internal/backendclock"
 	"github.com/queuey/queuey/internal/redial"
+	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
-	"github.com/queuey/queuey/internal/workerrules"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
@@ -289,7 +289,7 @@ type oracle struct {
 // settling is a settlement in progress.
 type settling struct {
 	j      *job
-	dec    workerrules.Decision
+	dec    settle.Decision
 	ttl    time.Duration // the hold's rounded TTL
 	issued time.Duration
 }
@@ -327,7 +327,7 @@ type worker struct {
 	relaySub *subscription
 	// core is the process's worker core: made when the process starts,
 	// kept across its reconnections, gone when it dies.
-	core    *workerrules.Core[*simDelivery]
+	core    *settle.Core[*simDelivery]
 	connGen workercore.Gen // connections so far: the core's generation of the current one
 	// dial is the process's reconnection loop (internal/redial, the code
 	// rabbitmq.Connect runs), made when it reconnects; nil before.

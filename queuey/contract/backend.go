@@ -1,8 +1,10 @@
-package queuey
+package contract
 
 import (
 	"context"
 	"time"
+
+	"github.com/queuey/queuey/queuey/envelope"
 )
 
 // Backend is what queuey needs of a broker: the seam between the core
@@ -30,7 +32,7 @@ type Backend interface {
 	// (ctx, a nack, a closed channel or connection) wraps ErrMaybeEnqueued.
 	// A publish without a hold to a queue that does not exist is an error
 	// too, never a silent drop.
-	Publish(ctx context.Context, env Envelope, hold time.Duration, kind HoldKind) error
+	Publish(ctx context.Context, env envelope.Envelope, hold time.Duration, kind HoldKind) error
 
 	// DeadLetter publishes body, unchanged, to queue's dead-letter queue
 	// with the reason and the attempts made, and returns once the broker
@@ -44,8 +46,8 @@ type Backend interface {
 	// connection ends it, and Err then says why.
 	Consume(ctx context.Context, queue string, prefetch int) (Consumer, error)
 
-	// Close releases the backend's channels. It does not close the
-	// connection, which the caller owns.
+	// Close releases the backend's channels, and the connection if the
+	// backend owns it (the implementation says which).
 	Close() error
 }
 
@@ -67,7 +69,7 @@ const (
 // backend's) also has a method Lost() <-chan uint64, and its deliveries a
 // method Generation() uint64: the number of the channel a delivery came on,
 // from 1. Lost yields the number of each channel it loses, before any
-// delivery of the next, and the Worker then drops the outcomes of the
+// delivery of the next, and queuey.Worker then drops the outcomes of the
 // deliveries made on it (the broker has requeued them). A Consumer without
 // them ends its Deliveries when its channel goes.
 type Consumer interface {

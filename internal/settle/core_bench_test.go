@@ -1,10 +1,12 @@
-package queuey
+package settle
 
 import (
 	"testing"
 	"time"
 
 	"github.com/queuey/queuey/internal/workercore"
+	"github.com/queuey/queuey/queuey/contract"
+	"github.com/queuey/queuey/queuey/envelope"
 )
 
 // BenchmarkCoreSettleSuccess is the worker core's own cost per successful
@@ -13,18 +15,18 @@ import (
 // for every job; the rest of a job's cost is decoding, the handler and the
 // broker's.
 func BenchmarkCoreSettleSuccess(b *testing.B) {
-	qs := []QueueConfig{{Name: "q"}}
-	c := workercore.New[Delivery](workercore.Rules[Envelope, decision](workerRules(qs)), workercore.Config{RequeueDelay: time.Second})
+	qs := []contract.QueueConfig{{Name: "q"}}
+	c := New[contract.Delivery](qs, workercore.Config{RequeueDelay: time.Second})
 	c.ConnectionUp(1)
-	env := Envelope{ID: "0123456789abcdef0123456789abcdef", Kind: "k", Queue: "q", Payload: []byte(`{}`), Attempt: 1, EnqueuedAt: time.Now()}
-	var d Delivery
+	env := envelope.Envelope{ID: "0123456789abcdef0123456789abcdef", Kind: "k", Queue: "q", Payload: []byte(`{}`), Attempt: 1, EnqueuedAt: time.Now()}
+	var d contract.Delivery
 	b.ReportAllocs()
 	for b.Loop() {
-		var buf [2]coreAction
+		var buf [2]Action[contract.Delivery]
 		acts := c.DeliverDecoded(buf[:0], 0, 1, d, env, nil)
 		id := acts[0].ID
 		dec, publish := c.Decide(0, acts[0].Job, nil, 0.5)
-		var buf2 [2]coreAction
+		var buf2 [2]Action[contract.Delivery]
 		c.HandlerDecided(buf2[:0], id, dec, publish)
 	}
 }

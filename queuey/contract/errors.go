@@ -1,4 +1,4 @@
-package queuey
+package contract
 
 import (
 	"errors"
@@ -81,11 +81,11 @@ func Fatal(err error) error {
 	return &FatalError{Err: err}
 }
 
-func (e *FatalError) Error() string { return "queuey: fatal: " + e.text() }
+func (e *FatalError) Error() string { return "queuey: fatal: " + e.Text() }
 
-// text is Err's text, "fatal" for a FatalError built by hand with no Err
-// (Fatal never builds one).
-func (e *FatalError) text() string {
+// Text is Err's text, the dead-letter reason after "fatal: "; "fatal" for a
+// FatalError built by hand with no Err (Fatal never builds one).
+func (e *FatalError) Text() string {
 	if e.Err == nil {
 		return "fatal"
 	}

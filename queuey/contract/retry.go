@@ -1,4 +1,4 @@
-package queuey
+package contract
 
 import (
 	"fmt"

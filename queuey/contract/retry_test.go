@@ -1,4 +1,4 @@
-package queuey_test
+package contract_test
 
 import (
 	"math"
@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
 
-	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/queuey/contract"
 )
 
 // justBelowOne is the largest float64 less than 1, the largest u a caller
@@ -22,33 +22,33 @@ func TestRetryPolicyWithDefaults(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		policy queuey.RetryPolicy
-		want   queuey.RetryPolicy
+		policy contract.RetryPolicy
+		want   contract.RetryPolicy
 	}{
 		{
 			name:   "Zero",
-			policy: queuey.RetryPolicy{},
-			want:   queuey.RetryPolicy{Base: time.Second, Cap: 5 * time.Minute, MaxAttempts: 10, Jitter: queuey.FullJitter},
+			policy: contract.RetryPolicy{},
+			want:   contract.RetryPolicy{Base: time.Second, Cap: 5 * time.Minute, MaxAttempts: 10, Jitter: contract.FullJitter},
 		},
 		{
 			name:   "AllSet",
-			policy: queuey.RetryPolicy{Base: 2 * time.Second, Cap: time.Hour, MaxAttempts: 3, Jitter: queuey.NoJitter},
-			want:   queuey.RetryPolicy{Base: 2 * time.Second, Cap: time.Hour, MaxAttempts: 3, Jitter: queuey.NoJitter},
+			policy: contract.RetryPolicy{Base: 2 * time.Second, Cap: time.Hour, MaxAttempts: 3, Jitter: contract.NoJitter},
+			want:   contract.RetryPolicy{Base: 2 * time.Second, Cap: time.Hour, MaxAttempts: 3, Jitter: contract.NoJitter},
 		},
 		{
 			name:   "SomeSet",
-			policy: queuey.RetryPolicy{Cap: time.Minute, Jitter: queuey.EqualJitter},
-			want:   queuey.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 10, Jitter: queuey.EqualJitter},
+			policy: contract.RetryPolicy{Cap: time.Minute, Jitter: contract.EqualJitter},
+			want:   contract.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 10, Jitter: contract.EqualJitter},
 		},
 		{
 			name:   "RetryForeverKept",
-			policy: queuey.RetryPolicy{MaxAttempts: -1},
-			want:   queuey.RetryPolicy{Base: time.Second, Cap: 5 * time.Minute, MaxAttempts: -1},
+			policy: contract.RetryPolicy{MaxAttempts: -1},
+			want:   contract.RetryPolicy{Base: time.Second, Cap: 5 * time.Minute, MaxAttempts: -1},
 		},
 		{
 			name:   "InvalidValuesLeftAlone",
-			policy: queuey.RetryPolicy{Base: -time.Second, Cap: -time.Minute, MaxAttempts: -7, Jitter: queuey.Jitter(9)},
-			want:   queuey.RetryPolicy{Base: -time.Second, Cap: -time.Minute, MaxAttempts: -7, Jitter: queuey.Jitter(9)},
+			policy: contract.RetryPolicy{Base: -time.Second, Cap: -time.Minute, MaxAttempts: -7, Jitter: contract.Jitter(9)},
+			want:   contract.RetryPolicy{Base: -time.Second, Cap: -time.Minute, MaxAttempts: -7, Jitter: contract.Jitter(9)},
 		},
 	}
 	for _, tt := range tests {
@@ -67,50 +67,50 @@ func TestRetryPolicyValidate(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		policy  queuey.RetryPolicy
+		policy  contract.RetryPolicy
 		wantErr string // "" for valid
 	}{
-		{name: "Zero", policy: queuey.RetryPolicy{}},
-		{name: "Defaults", policy: queuey.RetryPolicy{}.WithDefaults()},
-		{name: "CapEqualsBase", policy: queuey.RetryPolicy{Base: time.Minute, Cap: time.Minute}},
-		{name: "OneAttempt", policy: queuey.RetryPolicy{MaxAttempts: 1}},
-		{name: "RetryForever", policy: queuey.RetryPolicy{MaxAttempts: -1}},
-		{name: "EveryJitter", policy: queuey.RetryPolicy{Jitter: queuey.EqualJitter}},
-		{name: "NoJitter", policy: queuey.RetryPolicy{Jitter: queuey.NoJitter}},
-		{name: "Huge", policy: queuey.RetryPolicy{Base: math.MaxInt64, Cap: math.MaxInt64, MaxAttempts: math.MaxInt}},
+		{name: "Zero", policy: contract.RetryPolicy{}},
+		{name: "Defaults", policy: contract.RetryPolicy{}.WithDefaults()},
+		{name: "CapEqualsBase", policy: contract.RetryPolicy{Base: time.Minute, Cap: time.Minute}},
+		{name: "OneAttempt", policy: contract.RetryPolicy{MaxAttempts: 1}},
+		{name: "RetryForever", policy: contract.RetryPolicy{MaxAttempts: -1}},
+		{name: "EveryJitter", policy: contract.RetryPolicy{Jitter: contract.EqualJitter}},
+		{name: "NoJitter", policy: contract.RetryPolicy{Jitter: contract.NoJitter}},
+		{name: "Huge", policy: contract.RetryPolicy{Base: math.MaxInt64, Cap: math.MaxInt64, MaxAttempts: math.MaxInt}},
 		{
 			name:    "BaseNegative",
-			policy:  queuey.RetryPolicy{Base: -time.Second},
+			policy:  contract.RetryPolicy{Base: -time.Second},
 			wantErr: "queuey: invalid RetryPolicy: Base must not be negative, got -1s",
 		},
 		{
 			name:    "CapNegative",
-			policy:  queuey.RetryPolicy{Cap: -time.Nanosecond},
+			policy:  contract.RetryPolicy{Cap: -time.Nanosecond},
 			wantErr: "queuey: invalid RetryPolicy: Cap must not be negative, got -1ns",
 		},
 		{
 			name:    "CapBelowBase",
-			policy:  queuey.RetryPolicy{Base: 10 * time.Second, Cap: 5 * time.Second},
+			policy:  contract.RetryPolicy{Base: 10 * time.Second, Cap: 5 * time.Second},
 			wantErr: "queuey: invalid RetryPolicy: Cap (5s) must not be less than Base (10s)",
 		},
 		{
 			name:    "BaseAboveDefaultCap",
-			policy:  queuey.RetryPolicy{Base: 10 * time.Minute},
+			policy:  contract.RetryPolicy{Base: 10 * time.Minute},
 			wantErr: "queuey: invalid RetryPolicy: Cap (5m0s, the default) must not be less than Base (10m0s)",
 		},
 		{
 			name:    "CapBelowDefaultBase",
-			policy:  queuey.RetryPolicy{Cap: 500 * time.Millisecond},
+			policy:  contract.RetryPolicy{Cap: 500 * time.Millisecond},
 			wantErr: "queuey: invalid RetryPolicy: Cap (500ms) must not be less than Base (1s, the default)",
 		},
 		{
 			name:    "MaxAttemptsBelowMinusOne",
-			policy:  queuey.RetryPolicy{MaxAttempts: -2},
+			policy:  contract.RetryPolicy{MaxAttempts: -2},
 			wantErr: "queuey: invalid RetryPolicy: MaxAttempts must be at least 1, or -1 to retry forever, got -2",
 		},
 		{
 			name:    "JitterUnknown",
-			policy:  queuey.RetryPolicy{Jitter: queuey.Jitter(3)},
+			policy:  contract.RetryPolicy{Jitter: contract.Jitter(3)},
 			wantErr: "queuey: invalid RetryPolicy: Jitter has unknown value 3",
 		},
 	}
@@ -135,15 +135,15 @@ func TestRetryPolicyDelay(t *testing.T) {
 	t.Parallel()
 
 	var (
-		full   = queuey.RetryPolicy{}
-		equal  = queuey.RetryPolicy{Jitter: queuey.EqualJitter}
-		none   = queuey.RetryPolicy{Jitter: queuey.NoJitter}
+		full   = contract.RetryPolicy{}
+		equal  = contract.RetryPolicy{Jitter: contract.EqualJitter}
+		none   = contract.RetryPolicy{Jitter: contract.NoJitter}
 		maxDur = time.Duration(math.MaxInt64)
 	)
 
 	tests := []struct {
 		name   string
-		policy queuey.RetryPolicy
+		policy contract.RetryPolicy
 		next   int
 		u      float64
 		want   time.Duration
@@ -179,22 +179,22 @@ func TestRetryPolicyDelay(t *testing.T) {
 		{"AttemptNegative", none, math.MinInt, 0, time.Second},
 
 		// The cap.
-		{"CapExactPowerOfTwo", queuey.RetryPolicy{Base: time.Second, Cap: 4 * time.Second, Jitter: queuey.NoJitter}, 4, 0, 4 * time.Second},
-		{"CapJustPassed", queuey.RetryPolicy{Base: time.Second, Cap: 4 * time.Second, Jitter: queuey.NoJitter}, 5, 0, 4 * time.Second},
-		{"CapBetweenPowers", queuey.RetryPolicy{Base: 3 * time.Second, Cap: 10 * time.Second, Jitter: queuey.NoJitter}, 4, 0, 10 * time.Second},
-		{"CapEqualsBase", queuey.RetryPolicy{Base: time.Minute, Cap: time.Minute, Jitter: queuey.NoJitter}, 2, 0, time.Minute},
-		{"CapFullJitterUJustBelowOne", queuey.RetryPolicy{Cap: 4 * time.Second}, 100, justBelowOne, 4*time.Second - 1},
+		{"CapExactPowerOfTwo", contract.RetryPolicy{Base: time.Second, Cap: 4 * time.Second, Jitter: contract.NoJitter}, 4, 0, 4 * time.Second},
+		{"CapJustPassed", contract.RetryPolicy{Base: time.Second, Cap: 4 * time.Second, Jitter: contract.NoJitter}, 5, 0, 4 * time.Second},
+		{"CapBetweenPowers", contract.RetryPolicy{Base: 3 * time.Second, Cap: 10 * time.Second, Jitter: contract.NoJitter}, 4, 0, 10 * time.Second},
+		{"CapEqualsBase", contract.RetryPolicy{Base: time.Minute, Cap: time.Minute, Jitter: contract.NoJitter}, 2, 0, time.Minute},
+		{"CapFullJitterUJustBelowOne", contract.RetryPolicy{Cap: 4 * time.Second}, 100, justBelowOne, 4*time.Second - 1},
 
 		// No overflow at the extremes of time.Duration.
-		{"OneNanosecondShift62", queuey.RetryPolicy{Base: 1, Cap: maxDur, Jitter: queuey.NoJitter}, 64, 0, 1 << 62},
-		{"OneNanosecondShift63", queuey.RetryPolicy{Base: 1, Cap: maxDur, Jitter: queuey.NoJitter}, 65, 0, maxDur},
-		{"OneNanosecondShift1Shl30", queuey.RetryPolicy{Base: 1, Cap: maxDur, Jitter: queuey.NoJitter}, 1 << 30, 0, maxDur},
-		{"MaxBase", queuey.RetryPolicy{Base: maxDur, Cap: maxDur, Jitter: queuey.NoJitter}, 2, 0, maxDur},
-		{"MaxBaseAttempt3", queuey.RetryPolicy{Base: maxDur, Cap: maxDur, Jitter: queuey.NoJitter}, 3, 0, maxDur},
-		{"MaxCapFullJitterUHalf", queuey.RetryPolicy{Base: maxDur, Cap: maxDur}, 2, 0.5, 1 << 62},
-		{"MaxCapFullJitterUJustBelowOne", queuey.RetryPolicy{Base: maxDur, Cap: maxDur}, 2, justBelowOne, maxDur - 1023},
-		{"MaxCapEqualJitterUJustBelowOne", queuey.RetryPolicy{Base: maxDur, Cap: maxDur, Jitter: queuey.EqualJitter}, 2, justBelowOne, maxDur - 511},
-		{"MaxCapEqualJitterUZero", queuey.RetryPolicy{Base: maxDur, Cap: maxDur, Jitter: queuey.EqualJitter}, 2, 0, 1 << 62},
+		{"OneNanosecondShift62", contract.RetryPolicy{Base: 1, Cap: maxDur, Jitter: contract.NoJitter}, 64, 0, 1 << 62},
+		{"OneNanosecondShift63", contract.RetryPolicy{Base: 1, Cap: maxDur, Jitter: contract.NoJitter}, 65, 0, maxDur},
+		{"OneNanosecondShift1Shl30", contract.RetryPolicy{Base: 1, Cap: maxDur, Jitter: contract.NoJitter}, 1 << 30, 0, maxDur},
+		{"MaxBase", contract.RetryPolicy{Base: maxDur, Cap: maxDur, Jitter: contract.NoJitter}, 2, 0, maxDur},
+		{"MaxBaseAttempt3", contract.RetryPolicy{Base: maxDur, Cap: maxDur, Jitter: contract.NoJitter}, 3, 0, maxDur},
+		{"MaxCapFullJitterUHalf", contract.RetryPolicy{Base: maxDur, Cap: maxDur}, 2, 0.5, 1 << 62},
+		{"MaxCapFullJitterUJustBelowOne", contract.RetryPolicy{Base: maxDur, Cap: maxDur}, 2, justBelowOne, maxDur - 1023},
+		{"MaxCapEqualJitterUJustBelowOne", contract.RetryPolicy{Base: maxDur, Cap: maxDur, Jitter: contract.EqualJitter}, 2, justBelowOne, maxDur - 511},
+		{"MaxCapEqualJitterUZero", contract.RetryPolicy{Base: maxDur, Cap: maxDur, Jitter: contract.EqualJitter}, 2, 0, 1 << 62},
 
 		// u outside [0, 1).
 		{"UOne", full, 2, 1, time.Second},
@@ -205,10 +205,10 @@ func TestRetryPolicyDelay(t *testing.T) {
 		{"UNaNEqualJitter", equal, 2, math.NaN(), 500 * time.Millisecond},
 
 		// Policies Validate refuses still give a delay in [0, Cap].
-		{"InvalidNegativeBase", queuey.RetryPolicy{Base: -time.Second, Jitter: queuey.NoJitter}, 5, 0, 0},
-		{"InvalidNegativeCap", queuey.RetryPolicy{Cap: -time.Second, Jitter: queuey.NoJitter}, 5, 0, 0},
-		{"InvalidCapBelowBase", queuey.RetryPolicy{Base: 10 * time.Second, Cap: 2 * time.Second, Jitter: queuey.NoJitter}, 2, 0, 2 * time.Second},
-		{"InvalidJitterReadAsFull", queuey.RetryPolicy{Jitter: queuey.Jitter(9)}, 2, 0.25, 250 * time.Millisecond},
+		{"InvalidNegativeBase", contract.RetryPolicy{Base: -time.Second, Jitter: contract.NoJitter}, 5, 0, 0},
+		{"InvalidNegativeCap", contract.RetryPolicy{Cap: -time.Second, Jitter: contract.NoJitter}, 5, 0, 0},
+		{"InvalidCapBelowBase", contract.RetryPolicy{Base: 10 * time.Second, Cap: 2 * time.Second, Jitter: contract.NoJitter}, 2, 0, 2 * time.Second},
+		{"InvalidJitterReadAsFull", contract.RetryPolicy{Jitter: contract.Jitter(9)}, 2, 0.25, 250 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -227,21 +227,21 @@ func TestRetryPolicyExhausted(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		policy  queuey.RetryPolicy
+		policy  contract.RetryPolicy
 		attempt int
 		want    bool
 	}{
-		{"DefaultFirstAttempt", queuey.RetryPolicy{}, 1, false},
-		{"DefaultNinthAttempt", queuey.RetryPolicy{}, 9, false},
-		{"DefaultTenthAttempt", queuey.RetryPolicy{}, 10, true},
-		{"DefaultPastLast", queuey.RetryPolicy{}, 11, true},
-		{"OneAttempt", queuey.RetryPolicy{MaxAttempts: 1}, 1, true},
-		{"ThreeAttemptsSecond", queuey.RetryPolicy{MaxAttempts: 3}, 2, false},
-		{"ThreeAttemptsThird", queuey.RetryPolicy{MaxAttempts: 3}, 3, true},
-		{"RetryForeverFirst", queuey.RetryPolicy{MaxAttempts: -1}, 1, false},
-		{"RetryForeverMaxInt", queuey.RetryPolicy{MaxAttempts: -1}, math.MaxInt, false},
-		{"MaxIntAttempts", queuey.RetryPolicy{MaxAttempts: math.MaxInt}, 1 << 40, false},
-		{"MaxIntAttemptsLast", queuey.RetryPolicy{MaxAttempts: math.MaxInt}, math.MaxInt, true},
+		{"DefaultFirstAttempt", contract.RetryPolicy{}, 1, false},
+		{"DefaultNinthAttempt", contract.RetryPolicy{}, 9, false},
+		{"DefaultTenthAttempt", contract.RetryPolicy{}, 10, true},
+		{"DefaultPastLast", contract.RetryPolicy{}, 11, true},
+		{"OneAttempt", contract.RetryPolicy{MaxAttempts: 1}, 1, true},
+		{"ThreeAttemptsSecond", contract.RetryPolicy{MaxAttempts: 3}, 2, false},
+		{"ThreeAttemptsThird", contract.RetryPolicy{MaxAttempts: 3}, 3, true},
+		{"RetryForeverFirst", contract.RetryPolicy{MaxAttempts: -1}, 1, false},
+		{"RetryForeverMaxInt", contract.RetryPolicy{MaxAttempts: -1}, math.MaxInt, false},
+		{"MaxIntAttempts", contract.RetryPolicy{MaxAttempts: math.MaxInt}, 1 << 40, false},
+		{"MaxIntAttemptsLast", contract.RetryPolicy{MaxAttempts: math.MaxInt}, math.MaxInt, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -258,40 +258,40 @@ func TestJitterString(t *testing.T) {
 	t.Parallel()
 
 	tests := []struct {
-		jitter queuey.Jitter
+		jitter contract.Jitter
 		want   string
 	}{
-		{queuey.FullJitter, "full"},
-		{queuey.EqualJitter, "equal"},
-		{queuey.NoJitter, "none"},
-		{queuey.Jitter(-1), "Jitter(-1)"},
-		{queuey.Jitter(3), "Jitter(3)"},
+		{contract.FullJitter, "full"},
+		{contract.EqualJitter, "equal"},
+		{contract.NoJitter, "none"},
+		{contract.Jitter(-1), "Jitter(-1)"},
+		{contract.Jitter(3), "Jitter(3)"},
 	}
 	for _, tt := range tests {
 		if got := tt.jitter.String(); got != tt.want {
 			t.Errorf("Jitter(%d).String() = %q, want %q", int(tt.jitter), got, tt.want)
 		}
 	}
-	if got := (queuey.RetryPolicy{}).Jitter; got != queuey.FullJitter {
+	if got := (contract.RetryPolicy{}).Jitter; got != contract.FullJitter {
 		t.Errorf("zero RetryPolicy's Jitter = %v, want FullJitter", got)
 	}
 }
 
 // retryPolicyGen draws a policy that Validate accepts, zero fields (defaults)
 // and the extremes of time.Duration included.
-func retryPolicyGen() *rapid.Generator[queuey.RetryPolicy] {
+func retryPolicyGen() *rapid.Generator[contract.RetryPolicy] {
 	duration := rapid.OneOf(
 		rapid.Just(time.Duration(0)),
 		rapid.Map(rapid.Int64Range(1, int64(time.Hour)), func(n int64) time.Duration { return time.Duration(n) }),
 		rapid.Map(rapid.Int64Range(0, math.MaxInt64), func(n int64) time.Duration { return time.Duration(n) }),
 		rapid.Just(time.Duration(math.MaxInt64)),
 	)
-	return rapid.Custom(func(t *rapid.T) queuey.RetryPolicy {
-		p := queuey.RetryPolicy{
+	return rapid.Custom(func(t *rapid.T) contract.RetryPolicy {
+		p := contract.RetryPolicy{
 			Base:        duration.Draw(t, "base"),
 			Cap:         duration.Draw(t, "cap"),
 			MaxAttempts: rapid.IntRange(-1, 100).Draw(t, "max_attempts"),
-			Jitter:      rapid.SampledFrom([]queuey.Jitter{queuey.FullJitter, queuey.EqualJitter, queuey.NoJitter}).Draw(t, "jitter"),
+			Jitter:      rapid.SampledFrom([]contract.Jitter{contract.FullJitter, contract.EqualJitter, contract.NoJitter}).Draw(t, "jitter"),
 		}
 		if d := p.WithDefaults(); d.Cap < d.Base {
 			p.Cap = d.Base
@@ -311,7 +311,7 @@ var retryUGen = rapid.OneOf(
 
 // noJitterBackoff is min(cap, base × 2^(next-2)) in arbitrary precision: the
 // oracle for Delay with NoJitter.
-func noJitterBackoff(p queuey.RetryPolicy, next int) time.Duration {
+func noJitterBackoff(p contract.RetryPolicy, next int) time.Duration {
 	p = p.WithDefaults()
 	shift := max(next, 2) - 2
 	if shift > 64 { // base >= 1ns, so the product exceeds any cap
@@ -345,7 +345,7 @@ func TestRetryPolicyDelayProperties(t *testing.T) {
 
 		// Jitter only ever shortens the backoff, EqualJitter by at most half.
 		none := p
-		none.Jitter = queuey.NoJitter
+		none.Jitter = contract.NoJitter
 		backoff := none.Delay(lo, uLo)
 		if want := noJitterBackoff(p, lo); backoff != want {
 			t.Fatalf("NoJitter Delay(%d) = %v, want min(Cap, Base×2^(next-2)) = %v", lo, backoff, want)
@@ -353,7 +353,7 @@ func TestRetryPolicyDelayProperties(t *testing.T) {
 		if got > backoff {
 			t.Fatalf("Delay(%d, %v) = %v, more than the backoff %v", lo, uLo, got, backoff)
 		}
-		if p.Jitter == queuey.EqualJitter && got < backoff-backoff/2 {
+		if p.Jitter == contract.EqualJitter && got < backoff-backoff/2 {
 			t.Fatalf("EqualJitter Delay(%d, %v) = %v, less than half the backoff %v", lo, uLo, got, backoff)
 		}
 
@@ -383,11 +383,11 @@ func TestRetryPolicyDelayPropertiesAnyPolicy(t *testing.T) {
 	t.Parallel()
 
 	rapid.Check(t, func(t *rapid.T) {
-		p := queuey.RetryPolicy{
+		p := contract.RetryPolicy{
 			Base:        time.Duration(rapid.Int64().Draw(t, "base")),
 			Cap:         time.Duration(rapid.Int64().Draw(t, "cap")),
 			MaxAttempts: rapid.Int().Draw(t, "max_attempts"),
-			Jitter:      queuey.Jitter(rapid.IntRange(-1, 4).Draw(t, "jitter")),
+			Jitter:      contract.Jitter(rapid.IntRange(-1, 4).Draw(t, "jitter")),
 		}
 		next := retryAttemptGen.Draw(t, "next")
 		u := rapid.Float64().Draw(t, "u") // any float64, NaN and infinities included
