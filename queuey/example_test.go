@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/queuey/queuey/queuey"
-	"github.com/queuey/queuey/queuey/queueytest"
+	"github.com/queuey/queuey/queueytest"
 )
 
 // SendEmail is the job of these examples.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/queuey/queuey/examples/handlertest"
-	"github.com/queuey/queuey/queuey/queueytest"
+	"github.com/queuey/queuey/queueytest"
 )
 
 // A server error is retried until the attempts run out; a client error is

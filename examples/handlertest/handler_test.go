@@ -9,7 +9,7 @@ import (
 
 	"github.com/queuey/queuey/examples/handlertest"
 	"github.com/queuey/queuey/queuey"
-	"github.com/queuey/queuey/queuey/queueytest"
+	"github.com/queuey/queuey/queueytest"
 )
 
 // queues is the handler's queue: three attempts in all.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/queuey/queueyotel"
-	"github.com/queuey/queuey/queuey/queueytest"
+	"github.com/queuey/queuey/queueytest"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/queuey/queuey/queuey"
-	"github.com/queuey/queuey/queuey/queueytest"
+	"github.com/queuey/queuey/queueytest"
 )
 
 // In Test's bubble a handler test reads like the story it tells, with no

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/queuey/queuey/queuey"
-	"github.com/queuey/queuey/queuey/queueytest"
+	"github.com/queuey/queuey/queueytest"
 )
 
 // Run.Outcome names a handler's result as the worker reads it, wrapped or

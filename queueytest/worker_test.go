@@ -13,7 +13,7 @@ import (
 
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
-	"github.com/queuey/queuey/queuey/queueytest"
+	"github.com/queuey/queuey/queueytest"
 	"github.com/queuey/queuey/rabbitmq"
 	amqp "github.com/rabbitmq/amqp091-go"
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/queuey/queuey/queuey"
-	"github.com/queuey/queuey/queuey/queueytest"
+	"github.com/queuey/queuey/queueytest"
 )
 
 // CallAPI calls a rate-limited external API.

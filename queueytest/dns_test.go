@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/queuey/queuey/queuey"
-	"github.com/queuey/queuey/queuey/queueytest"
+	"github.com/queuey/queuey/queueytest"
 )
 
 // lookupJob is a job whose handler resolves a host name, as a handler that
