@@ -1,32 +1,30 @@
 package queueytest
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/queuey/queuey/queuey"
 )
 
 // Outcome is a handler run as a test states what it expects of it: the
-// job's attempt, deferral count and delivery priority when it ran, and what
-// the handler's result asked for. Outcomes compare with ==, so a test can
-// write the runs it expects of a job as a []Outcome and compare them with
-// slices.Equal; String prints one for a failure.
+// job's attempt, deferral count and delivery priority when it ran, and
+// what the worker does with it next. Outcomes compare with ==, so a test
+// can write the runs it expects of a job as a []Outcome and compare them
+// with slices.Equal; String prints one for a failure.
 type Outcome struct {
 	Attempt   int
 	Deferrals int
 	Priority  uint8
-	// Result is what the handler's result asks of the worker, matched as the
-	// worker matches it (errors.As, so a wrapped Defer or Fatal counts):
+	// Result is what the worker does with the job next (Run.Action, by
+	// the worker's own rules):
 	//
-	//   - "ok": nil; the job is acknowledged.
-	//   - "defer 30s": queuey.Defer(30*time.Second, ...), the delay asked
-	//     for as time.Duration prints it; the job is held, no attempt spent.
-	//   - "fatal": queuey.Fatal, or a *queuey.UnknownKindError; the job is
-	//     dead-lettered.
-	//   - "panic": the handler panicked; retried like "error".
-	//   - "error": any other error; the job is retried, or dead-lettered if
-	//     that was its queue's last attempt (Harness.Dead counts those).
+	//   - "ok": acknowledged;
+	//   - "defer 30s": held for the delay the handler asked for, as
+	//     time.Duration prints it, no attempt spent;
+	//   - "retry": held for the retry policy's backoff, an attempt spent (a
+	//     returned error, or a panic, with attempts left);
+	//   - "dead-letter: REASON": to the dead-letter queue, REASON as its
+	//     x-death-reason header says it ("attempts exhausted", "fatal: …").
 	Result string
 }
 
@@ -38,27 +36,20 @@ func (o Outcome) String() string {
 
 // Outcome is r as a test states it.
 func (r Run) Outcome() Outcome {
-	return Outcome{Attempt: r.Attempt, Deferrals: r.Deferrals, Priority: r.Priority, Result: result(r.Err)}
-}
-
-// result names what err asks of the worker: see Outcome.Result.
-func result(err error) string {
-	if err == nil {
-		return "ok"
+	o := Outcome{Attempt: r.Attempt, Deferrals: r.Deferrals, Priority: r.Priority}
+	switch r.Action {
+	case queuey.ActionAck:
+		o.Result = "ok"
+	case queuey.ActionDefer:
+		o.Result = "defer " + r.Delay.String()
+	case queuey.ActionRetry:
+		o.Result = "retry"
+	case queuey.ActionDeadLetter:
+		o.Result = "dead-letter: " + r.Reason
+	default:
+		o.Result = r.Action.String()
 	}
-	if d, ok := errors.AsType[*queuey.DeferError](err); ok {
-		return "defer " + d.Delay.String()
-	}
-	if _, ok := errors.AsType[*queuey.FatalError](err); ok {
-		return "fatal"
-	}
-	if _, ok := errors.AsType[*queuey.UnknownKindError](err); ok {
-		return "fatal"
-	}
-	if _, ok := errors.AsType[*queuey.PanicError](err); ok {
-		return "panic"
-	}
-	return "error"
+	return o
 }
 
 // OutcomesOf returns the outcomes of one job's runs, in the order they

@@ -12,29 +12,50 @@ import (
 	"github.com/queuey/queuey/queueytest"
 )
 
-// Run.Outcome names a handler's result as the worker reads it, wrapped or
-// not.
+// Run.Outcome says what the worker does with a run's job, by the worker's
+// own rules: each job here runs once, returning one result, wrapped or
+// not, on a queue that allows two attempts.
 func TestRunOutcome(t *testing.T) {
-	job := queuey.JobContext{ID: "j", Kind: "call-api", Queue: "api", Attempt: 2, Deferrals: 1, Priority: 10}
-	for _, tc := range []struct {
-		err  error
-		want string
-	}{
-		{nil, "ok"},
-		{queuey.Defer(30*time.Second, "429"), "defer 30s"},
-		{fmt.Errorf("calling: %w", queuey.Defer(1500*time.Millisecond, "")), "defer 1.5s"},
-		{queuey.Fatal(errors.New("400 Bad Request")), "fatal"},
-		{fmt.Errorf("calling: %w", queuey.Fatal(nil)), "fatal"},
-		{&queuey.UnknownKindError{Kind: "other"}, "fatal"},
-		{&queuey.PanicError{Value: "boom"}, "panic"},
-		{errors.New("503 Service Unavailable"), "error"},
-	} {
-		got := queueytest.Run{JobContext: job, Err: tc.err}.Outcome()
-		want := queueytest.Outcome{Attempt: 2, Deferrals: 1, Priority: 10, Result: tc.want}
-		if got != want {
-			t.Errorf("Outcome of a run that returned %v: %v, want %v", tc.err, got, want)
-		}
+	results := []error{
+		nil,
+		queuey.Defer(30*time.Second, "429"),
+		fmt.Errorf("calling: %w", queuey.Defer(1500*time.Millisecond, "")),
+		queuey.Fatal(errors.New("400 Bad Request")),
+		fmt.Errorf("calling: %w", queuey.Fatal(nil)),
+		errors.New("503 Service Unavailable"),
 	}
+	want := []string{"ok", "defer 30s", "defer 1.5s", "dead-letter: fatal: 400 Bad Request", "dead-letter: fatal: fatal", "retry"}
+	queues := []queuey.QueueConfig{{Name: "api", Prefetch: 1, Retry: queuey.RetryPolicy{MaxAttempts: 2, Jitter: queuey.NoJitter}}}
+	queueytest.Test(t, queueytest.Options{}, queues, func(t *testing.T, h *queueytest.Harness) {
+		queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[CallAPI]) error {
+			var i int
+			_, _ = fmt.Sscan(job.Args.URL, &i)
+			if job.Attempt == 2 {
+				return errors.New("503 again")
+			}
+			return results[i]
+		})
+		h.Start()
+		ids := make([]string, len(results))
+		for i := range results {
+			id, err := h.Producer.Enqueue(t.Context(), CallAPI{URL: fmt.Sprint(i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[i] = id
+		}
+		h.Settle()
+		for i, id := range ids {
+			got := h.Log.OutcomesOf(id)
+			if len(got) == 0 || got[0] != (queueytest.Outcome{Attempt: 1, Result: want[i]}) {
+				t.Errorf("a run that returned %v: %v, want attempt=1 ... %s", results[i], got, want[i])
+			}
+		}
+		h.Advance(time.Hour) // the 503's retry: its second and last attempt
+		if got := h.Log.OutcomesOf(ids[5]); len(got) != 2 || got[1].Result != "dead-letter: attempts exhausted" {
+			t.Errorf("the retried job's runs: %v; want its second attempt dead-lettered", got)
+		}
+	})
 	if got, want := (queueytest.Outcome{Attempt: 1, Result: "defer 30s"}).String(), "attempt=1 deferrals=0 priority=0 defer 30s"; got != want {
 		t.Errorf("String: %q, want %q", got, want)
 	}
@@ -69,8 +90,8 @@ func TestOutcomesOf(t *testing.T) {
 		h.Advance(time.Minute)
 		want := []queueytest.Outcome{
 			{Attempt: 1, Result: "defer 10s"},
-			{Attempt: 1, Deferrals: 1, Priority: 10, Result: "panic"},
-			{Attempt: 2, Deferrals: 1, Result: "error"},
+			{Attempt: 1, Deferrals: 1, Priority: 10, Result: "retry"}, // a panic
+			{Attempt: 2, Deferrals: 1, Result: "retry"},
 			{Attempt: 3, Deferrals: 1, Result: "ok"},
 		}
 		if got := h.Log.OutcomesOf(flaky); !slices.Equal(got, want) {

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
@@ -57,6 +58,7 @@ type Harness struct {
 	Log      *RunLog
 	topology rabbitmq.Topology
 	queues   []string // the names of its queues
+	configs  map[string]queuey.QueueConfig
 	// stopTimeout is the worker's StopTimeout, defaults applied.
 	stopTimeout time.Duration
 	started     bool
@@ -162,11 +164,13 @@ func newHarness(t TB, opts Options, clk clock.Clock, queues []queuey.QueueConfig
 		t.Fatalf("queueytest: worker: %v", err)
 	}
 	names := make([]string, len(queues))
+	configs := make(map[string]queuey.QueueConfig, len(queues))
 	for i, q := range queues {
 		names[i] = q.Name
+		configs[q.Name] = q
 	}
 	return &Harness{t: t, Broker: b, Backend: backend, Producer: producer, Worker: worker,
-		Log: &RunLog{}, topology: opts.Topology.WithDefaults(), queues: names, stopTimeout: wcfg.StopTimeout}
+		Log: &RunLog{}, topology: opts.Topology.WithDefaults(), queues: names, configs: configs, stopTimeout: wcfg.StopTimeout}
 }
 
 // Handle registers fn for jobs of T's kind, recording every run in h.Log,
@@ -180,12 +184,12 @@ func Handle[T queuey.JobArgs](h *Harness, fn func(ctx context.Context, job *queu
 	err := queuey.Register(h.Worker, queuey.HandlerFunc[T](func(ctx context.Context, job *queuey.Job[T]) error {
 		defer func() {
 			if v := recover(); v != nil {
-				h.Log.add(Run{JobContext: job.JobContext, Err: &queuey.PanicError{Value: v, Stack: debug.Stack()}})
+				h.Log.add(h.run(job.JobContext, &queuey.PanicError{Value: v, Stack: debug.Stack()}))
 				panic(v)
 			}
 		}()
 		err := fn(ctx, job)
-		h.Log.add(Run{JobContext: job.JobContext, Err: err})
+		h.Log.add(h.run(job.JobContext, err))
 		return err
 	}))
 	if err != nil {
@@ -377,6 +381,32 @@ func (h *Harness) WaitFor(what string, cond func() bool) {
 type Run struct {
 	queuey.JobContext
 	Err error // what the handler returned
+	// Action is what the worker does with the job next, decided by the
+	// worker's own rules from Err, the job's counters and its queue's
+	// retry policy: acknowledge it, retry it, defer it or dead-letter it.
+	Action queuey.Action
+	// Delay is a deferral's delay as the handler asked for it; Reason is
+	// a dead letter's x-death-reason ("attempts exhausted", "fatal: …").
+	Delay  time.Duration
+	Reason string
+}
+
+// run is a Run of job with the handler's result err, with the worker's
+// decision on it (internal/settle.Decide, the function the worker calls;
+// its jitter draw is left out, since a Run does not give the retry's
+// delay).
+func (h *Harness) run(job queuey.JobContext, err error) Run {
+	env := queuey.Envelope{ID: job.ID, Kind: job.Kind, Queue: job.Queue, Attempt: job.Attempt,
+		Deferrals: job.Deferrals, Priority: job.Priority}
+	dec := settle.Decide(env, err, h.configs[job.Queue], 0)
+	r := Run{JobContext: job, Err: err, Action: dec.Action}
+	switch dec.Action {
+	case queuey.ActionDefer:
+		r.Delay = dec.Delay
+	case queuey.ActionDeadLetter:
+		r.Reason = dec.Reason
+	}
+	return r
 }
 
 func (r Run) String() string {

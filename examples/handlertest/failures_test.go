@@ -17,9 +17,10 @@ func TestFailedCalls(t *testing.T) {
 		want    []queueytest.Outcome
 		dead    int
 	}{
-		{[]int{503, 200}, []queueytest.Outcome{{Attempt: 1, Result: "error"}, {Attempt: 2, Result: "ok"}}, 0},
-		{[]int{503}, []queueytest.Outcome{{Attempt: 1, Result: "error"}, {Attempt: 2, Result: "error"}, {Attempt: 3, Result: "error"}}, 1},
-		{[]int{400}, []queueytest.Outcome{{Attempt: 1, Result: "fatal"}}, 1},
+		{[]int{503, 200}, []queueytest.Outcome{{Attempt: 1, Result: "retry"}, {Attempt: 2, Result: "ok"}}, 0},
+		{[]int{503}, []queueytest.Outcome{{Attempt: 1, Result: "retry"}, {Attempt: 2, Result: "retry"},
+			{Attempt: 3, Result: "dead-letter: attempts exhausted"}}, 1},
+		{[]int{400}, []queueytest.Outcome{{Attempt: 1, Result: "dead-letter: fatal: POST /orders/42/confirm: 400 Bad Request"}}, 1},
 	} {
 		queueytest.Test(t, queueytest.Options{}, queues, func(t *testing.T, h *queueytest.Harness) {
 			queueytest.Handle(h, newAPI(tc.answers...).Handle)
