@@ -264,7 +264,18 @@ func runFaultWorkload(t *testing.T, restarts bool, at time.Duration, fault func(
 		Name: faultQueue, Prefetch: 20,
 		Retry: queuey.RetryPolicy{Base: 50 * time.Millisecond, Cap: 400 * time.Millisecond, MaxAttempts: 6},
 	}}
-	t.Cleanup(func() { deleteFaultQueues(t, url, opts.Topology.WithDefaults()) })
+	var back time.Time      // when fault returned: the broker is back
+	var backAt atomic.Int64 // back, for the cleanup, which may run before the fault returns
+	t.Cleanup(func() {
+		// Deleting the rungs while their dead-letter workers start, just
+		// after a boot, can stop RabbitMQ 4.0.5's supervisor of those
+		// workers until the node restarts (docs/hold-ladder.md, "Deleting
+		// a ladder"): leave them dlxWorkerStart after the broker is back.
+		if at := backAt.Load(); at != 0 {
+			time.Sleep(time.Until(time.Unix(0, at).Add(dlxWorkerStart)))
+		}
+		deleteFaultQueues(t, url, opts.Topology.WithDefaults())
+	})
 
 	fleet := startFaultFleet(t, []string{url}, opts, queues)
 	producer, tally := fleet.producer, fleet.tally
@@ -274,7 +285,6 @@ func runFaultWorkload(t *testing.T, restarts bool, at time.Duration, fault func(
 	confirmed := map[int]bool{}
 	var maybe []int
 	faultDone := make(chan error, 1)
-	var back time.Time // when fault returned: the broker is back
 	start := time.Now()
 	faultAt := 0 // the job being enqueued then
 	var enqueuing atomic.Int64
@@ -282,6 +292,7 @@ func runFaultWorkload(t *testing.T, restarts bool, at time.Duration, fault func(
 		faultAt = int(enqueuing.Load())
 		err := fault()
 		back = time.Now()
+		backAt.Store(back.UnixNano())
 		faultDone <- err
 	})
 	for n := 1; n <= faultJobs; n++ {
@@ -451,6 +462,11 @@ func countFaultDeadLetters(t *testing.T, url string) int {
 	}
 	return q.Messages
 }
+
+// dlxWorkerStart is how long after a broker is back the fault workloads
+// wait before they delete their ladders: the dead-letter workers of the
+// rungs start as the queues recover, within a second or two of the boot.
+const dlxWorkerStart = 10 * time.Second
 
 // deleteFaultQueues deletes the fault queue, its dead-letter queue, the
 // classic hold queues its retries and deferrals used and its ladder, so that

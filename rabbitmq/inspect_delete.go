@@ -159,6 +159,11 @@ func roleName(role string) string {
 // process to declare it wait out its warm-up, where a marker left without
 // its ladder would let a ladder declared afresh hold jobs at once.
 //
+// On RabbitMQ 4.0.x, do not call it within seconds of the node's boot or
+// of the ladder's declaration: deleting rungs while their dead-letter
+// workers start can stop the node's supervisor of those workers until the
+// node restarts (docs/hold-ladder.md, "Deleting a ladder").
+//
 // The channels the Inspector opens must have QueueDelete, as
 // *amqp091.Channel and *membroker.Channel do.
 func (in *Inspector) DeleteTopology(ctx context.Context, queue string) ([]TopologyQueue, error) {
