@@ -238,6 +238,15 @@ func (b *Backend) declareLadder(ch Channel, queue string) (refused bool, err err
 	for _, ttl := range b.top.Rungs() {
 		name := b.top.LadderQueue(queue, ttl)
 		if _, err := ch.QueueDeclare(name, true, false, false, false, ladderQueueArgs(queue, ttl, b.top)); err != nil {
+			if ae, ok := errors.AsType[*amqp.Error](err); ok && ae.Code == amqp.InternalError {
+				// Seen on RabbitMQ 4.0.5 once its supervisor of
+				// dead-letter workers has stopped: only a restart of the
+				// node brings it back, and with it the rungs' releases.
+				b.logger.Error("rabbitmq: ladder queue declaration failed inside the broker: restart the node (docs/hold-ladder.md, \"Deleting a ladder\")",
+					"queue", queue, "hold_queue", name, "error", err)
+				return true, fmt.Errorf("rabbitmq: declare ladder queue %q of queue %q: %w (the node's dead-letter workers may be stopped: "+
+					"restart it; see \"Deleting a ladder\" in docs/hold-ladder.md)", name, queue, err)
+			}
 			b.logger.Warn("rabbitmq: ladder queue declaration refused", "queue", queue, "hold_queue", name, "ttl_ms", ttl, "error", err)
 			return true, fmt.Errorf("rabbitmq: declare ladder queue %q of queue %q: %w", name, queue, err)
 		}

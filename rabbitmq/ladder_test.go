@@ -3,11 +3,14 @@ package rabbitmq
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/google/go-cmp/cmp"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
@@ -240,4 +243,46 @@ func TestLadderDeferralComesBackAheadOfTheBacklog(t *testing.T) {
 			t.Fatalf("relay queue %+v; want it empty", relay)
 		}
 	})
+}
+
+// internalErrorChannel refuses every ladder rung's declaration with 541
+// INTERNAL_ERROR, as RabbitMQ 4.0.5 does once its supervisor of dead-letter
+// workers has stopped (docs/hold-ladder.md, "Deleting a ladder").
+type internalErrorChannel struct{ Channel }
+
+func (c internalErrorChannel) QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error) {
+	if strings.Contains(name, ".deferred.ladder.") {
+		return amqp.Queue{}, &amqp.Error{Code: amqp.InternalError, Reason: "INTERNAL_ERROR", Server: true}
+	}
+	return c.Channel.QueueDeclare(name, durable, autoDelete, exclusive, noWait, args)
+}
+
+// A rung the broker fails to declare from the inside is an error that says
+// what to do: restart the node; and it is logged at ERROR, since a person
+// must act.
+func TestLadderDeclarationInternalErrorSaysRestartTheNode(t *testing.T) {
+	broker := membroker.New(membroker.Config{Clock: clock.NewMock(), Version: membroker.RabbitMQ40})
+	conn, err := broker.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &backendLogBuffer{}
+	b, err := New(func() (Channel, error) {
+		ch, err := conn.Channel()
+		if err != nil {
+			return nil, err
+		}
+		return internalErrorChannel{ch}, nil
+	}, Options{Topology: Topology{HoldWarmup: -1}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	err = b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs"})
+	if err == nil || !strings.Contains(err.Error(), "restart it") || !strings.Contains(err.Error(), "Deleting a ladder") {
+		t.Fatalf("Declare: %v; want an error that says to restart the node", err)
+	}
+	if !strings.Contains(logs.String(), "level=ERROR") {
+		t.Fatalf("logs:\n%s\nwant an ERROR", logs)
+	}
 }
