@@ -21,16 +21,7 @@ const memURL = "amqp://guest:guest@mem/"
 // not queuey's (no dead-letter queue), holding one message.
 func (d *deployment) addMail(t *testing.T) {
 	t.Helper()
-	conn, err := d.broker.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: rabbitmq.Topology{ClassicHolds: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := d.backend(t, rabbitmq.Topology{ClassicHolds: true})
 	ctx := t.Context()
 	if err := b.Declare(ctx, queuey.QueueConfig{Name: "mail"}); err != nil {
 		t.Fatal(err)
@@ -176,16 +167,7 @@ func TestDeadShowSaysWhenTheJobDied(t *testing.T) {
 	died := time.Date(2026, 12, 1, 22, 13, 17, 0, time.UTC)
 	mock.Set(died)
 	d := &deployment{broker: membroker.New(membroker.Config{Clock: mock, Version: membroker.RabbitMQ40})}
-	conn, err := d.broker.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: rabbitmq.Topology{HoldWarmup: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := d.backend(t, rabbitmq.Topology{HoldWarmup: -1})
 	ctx := t.Context()
 	if err := b.Declare(ctx, queuey.QueueConfig{Name: "q", Type: queuey.Quorum}); err != nil {
 		t.Fatal(err)

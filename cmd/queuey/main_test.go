@@ -26,20 +26,28 @@ type deployment struct {
 	mgmt   *httptest.Server
 }
 
-func newDeployment(t *testing.T) *deployment {
+// backend is a backend with top on a connection of its own to d's broker,
+// both closed when the test ends.
+func (d *deployment) backend(t *testing.T, top rabbitmq.Topology) *rabbitmq.Backend {
 	t.Helper()
-	d := &deployment{broker: membroker.New(membroker.Config{Clock: clock.New(), Version: membroker.RabbitMQ40})}
 	conn, err := d.broker.Dial()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	// No warm-up: this membroker is never killed.
-	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: rabbitmq.Topology{HoldWarmup: -1}})
+	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: top})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func newDeployment(t *testing.T) *deployment {
+	t.Helper()
+	d := &deployment{broker: membroker.New(membroker.Config{Clock: clock.New(), Version: membroker.RabbitMQ40})}
+	// No warm-up: this membroker is never killed.
+	b := d.backend(t, rabbitmq.Topology{HoldWarmup: -1})
 	ctx := t.Context()
 	if err := b.Declare(ctx, queuey.QueueConfig{Name: "jobs"}); err != nil {
 		t.Fatal(err)
