@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/internal/execute"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
 )
@@ -204,13 +205,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		consumers = append(consumers, c)
 	}
 
-	s := &shell{w: w, ctx: handlerCtx, handlers: w.handlers, timers: map[workercore.ID]*clock.Timer{},
-		core: settle.New[Delivery](w.queues,
-			workercore.Config{RequeueDelay: w.cfg.RequeueDelay})}
+	s := &shell{w: w, ctx: handlerCtx, handlers: w.handlers}
+	core := settle.New[Delivery](w.queues, workercore.Config{RequeueDelay: w.cfg.RequeueDelay})
+	s.x = execute.New[Delivery](handlerCtx, core, s, w.backend, w.queues)
 	// Each subscription's channels are generations of their own in the
 	// core (subGen): one is lost on its own when the broker ends it.
 	for i := range consumers {
-		s.core.ConnectionUp(subGen(i, 1))
+		core.ConnectionUp(subGen(i, 1))
 	}
 
 	// Each subscription has a pool of handler goroutines, which take its
@@ -239,11 +240,15 @@ func (w *Worker) Run(ctx context.Context) error {
 			for {
 				select {
 				case g := <-lost:
-					s.exec(s.resume(nil, p, g+1))
+					s.x.Step(func(_ *settle.Core[Delivery], acts []coreAction) []coreAction {
+						return s.resume(acts, p, g+1)
+					})
 				case <-p.drained:
-					s.mu.Lock()
-					gen := subGen(i, p.gen)
-					s.mu.Unlock()
+					var gen workercore.Gen
+					s.x.Step(func(_ *settle.Core[Delivery], acts []coreAction) []coreAction {
+						gen = subGen(i, p.gen)
+						return acts
+					})
 					ended <- end{gen, c.Err()}
 					return
 				}
@@ -252,25 +257,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	var runErr error
-	var buf [8]coreAction
 	select {
 	case <-ctx.Done():
 	case e := <-ended:
 		if e.err != nil {
 			runErr = fmt.Errorf("queuey: consumer ended: %w", e.err)
-			s.mu.Lock()
-			acts := s.core.ConnectionLost(buf[:0], e.gen)
-			s.mu.Unlock()
-			s.exec(acts)
+			s.x.Step(func(c *settle.Core[Delivery], acts []coreAction) []coreAction {
+				return c.ConnectionLost(acts, e.gen)
+			})
 		}
 	}
 	// Stop: no new handler starts, and a job waiting to be requeued is
 	// requeued now. Keep the channels open so that running handlers can
 	// still settle their jobs.
-	s.mu.Lock()
-	acts := s.core.Stop(buf[:0])
-	s.mu.Unlock()
-	s.exec(acts)
+	s.x.Step((*settle.Core[Delivery]).Stop)
 	stopConsuming()
 	for _, c := range consumers {
 		_ = c.Cancel()
@@ -315,30 +315,21 @@ type generational interface {
 	Generation() uint64
 }
 
-// staler is a Delivery that can tell when it can no longer be settled
-// because the channel it came on has closed, as a rabbitmq backend's can.
-type staler interface {
-	Stale() bool
-}
-
 // subGen is the core's generation for channel g of subscription i.
 func subGen(i int, g uint64) workercore.Gen {
 	return workercore.Gen(uint64(i+1)<<32 | g&(1<<32-1))
 }
 
-// shell carries out the core's actions for Run: handlers and publishes on
-// goroutines, RequeueDelay on the worker's clock. mu serialises the calls
-// into the core, which is not safe for concurrent use; actions run outside
-// it.
+// shell is Run's side of the executor (internal/execute) that carries
+// out the core's actions: it runs handlers on the goroutine that asks, times
+// RequeueDelay on the worker's clock, and logs.
 type shell struct {
 	w   *Worker
 	ctx context.Context // handlers' and publishes': cancelled when StopTimeout runs out
 	// handlers are the worker's, read without its lock: Register fails
 	// once Run has started, so the map no longer changes.
 	handlers map[string]erasedHandler
-	mu       sync.Mutex
-	core     *settle.Core[Delivery]
-	timers   map[workercore.ID]*clock.Timer
+	x        *execute.Executor[Delivery]
 }
 
 // pool is a subscription's handler goroutines. Each takes deliveries
@@ -393,103 +384,50 @@ func (p *pool) spawn() {
 // deliver hands d to the core and carries out what it says.
 func (p *pool) deliver(d Delivery) {
 	s := p.s
-	job, err := s.core.Decode(p.queue, d.Body())
 	g := uint64(1)
 	if gd, ok := d.(generational); ok {
 		g = gd.Generation()
 	}
-	var buf [2]coreAction
-	s.mu.Lock()
-	acts := buf[:0]
-	if g > p.gen {
-		// The consumer lost its channel and resumed; this delivery may
-		// have come before the watcher took the news from Lost.
-		acts = s.resumeLocked(acts, p, g)
-	}
-	acts = s.core.DeliverDecoded(acts, p.queue, subGen(p.queue, g), d, job, err)
-	s.mu.Unlock()
-	s.exec(acts)
+	job, err := s.x.Decode(p.queue, d)
+	s.x.Step(func(c *settle.Core[Delivery], acts []coreAction) []coreAction {
+		if g > p.gen {
+			// The consumer lost its channel and resumed; this delivery may
+			// have come before the watcher took the news from Lost.
+			acts = s.resume(acts, p, g)
+		}
+		return c.DeliverDecoded(acts, p.queue, subGen(p.queue, g), d, job, err)
+	})
 }
 
 // resume says that p's consumer now delivers on its channel gen: every
 // one before it is lost, and the broker has requeued what it delivered.
 // Both the watcher (from Lost) and a handler (a delivery of a newer
-// channel) call it; whichever comes second does nothing.
+// channel) call it, inside the executor's Step; whichever comes second
+// does nothing.
 func (s *shell) resume(acts []coreAction, p *pool, gen uint64) []coreAction {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.resumeLocked(acts, p, gen)
-}
-
-func (s *shell) resumeLocked(acts []coreAction, p *pool, gen uint64) []coreAction {
 	if gen <= p.gen {
 		return acts
 	}
 	lost := p.gen
-	acts = s.core.ConnectionLost(acts, subGen(p.queue, lost))
-	s.core.ConnectionUp(subGen(p.queue, gen))
+	core := s.x.Core()
+	acts = core.ConnectionLost(acts, subGen(p.queue, lost))
+	core.ConnectionUp(subGen(p.queue, gen))
 	p.gen = gen
 	s.w.cfg.Logger.Warn("queuey: a subscription lost its channel; jobs in hand are not settled, the broker redelivers them",
 		slog.String("queue", s.w.queues[p.queue].Name), slog.Uint64("gen", lost))
 	return acts
 }
 
-// exec carries out acts in order, on the calling goroutine: a handler
-// goroutine's, or for the actions of stop, a timer and a lost
-// subscription, Run's or the clock's (those are never RunHandler or
-// Publish).
-func (s *shell) exec(acts []coreAction) {
-	log := s.w.cfg.Logger
-	for i := range acts {
-		a := &acts[i]
-		switch a.Kind {
-		case workercore.RunHandler:
-			s.handle(a)
-		case workercore.Publish:
-			s.publish(a)
-		case workercore.Ack:
-			if err := a.Msg.Ack(); err != nil {
-				// The broker redelivers it: at least once, never lost.
-				log.WarnContext(s.ctx, "queuey: ack failed; the broker redelivers the job", slog.String("job_id", a.Job.ID),
-					slog.String("queue", s.w.queues[a.Queue].Name), slog.String("error", err.Error()))
-			}
-		case workercore.Requeue:
-			if err := a.Msg.Requeue(); err != nil {
-				log.WarnContext(s.ctx, "queuey: requeue failed; the broker redelivers the job when the channel closes",
-					slog.String("job_id", a.Job.ID), slog.String("queue", s.w.queues[a.Queue].Name), slog.String("error", err.Error()))
-			}
-		case workercore.StartTimer:
-			log.WarnContext(s.ctx, "queuey: could not settle job: returning it to its queue",
-				slog.String("job_id", a.Job.ID), slog.String("queue", s.w.queues[a.Queue].Name),
-				slog.String("error", a.Err.Error()), slog.Duration("requeue_delay", a.Delay))
-			id := a.ID
-			s.mu.Lock()
-			s.timers[id] = s.w.cfg.Clock.AfterFunc(a.Delay, func() {
-				var buf [2]coreAction
-				s.mu.Lock()
-				delete(s.timers, id)
-				acts := s.core.TimerFired(buf[:0], id)
-				s.mu.Unlock()
-				s.exec(acts)
-			})
-			s.mu.Unlock()
-		case workercore.StopTimer:
-			s.mu.Lock()
-			if t := s.timers[a.ID]; t != nil {
-				t.Stop()
-				delete(s.timers, a.ID)
-			}
-			s.mu.Unlock()
-		case workercore.Drop:
-			log.WarnContext(s.ctx, "queuey: the job's subscription ended before it was settled; the broker redelivers it",
-				slog.String("job_id", a.Job.ID), slog.String("queue", s.w.queues[a.Queue].Name))
-		}
-	}
+var _ execute.Shell[Delivery] = (*shell)(nil)
+
+// AfterFunc times on the worker's clock.
+func (s *shell) AfterFunc(d time.Duration, f func()) func() bool {
+	return s.w.cfg.Clock.AfterFunc(d, f).Stop
 }
 
-// handle runs a job's handler (a *UnknownKindError when its kind has none)
-// and reports the result to the core.
-func (s *shell) handle(a *coreAction) {
+// RunHandler runs a job's handler (a *UnknownKindError when its kind has
+// none) on the calling goroutine and settles the job as its result says.
+func (s *shell) RunHandler(a *coreAction) {
 	env := a.Job
 	h, ok := s.handlers[env.Kind]
 	obs := s.w.cfg.Observer
@@ -511,7 +449,7 @@ func (s *shell) handle(a *coreAction) {
 	if result != nil {
 		u = s.w.draw()
 	}
-	dec, publish := s.core.Decide(a.Queue, env, result, u)
+	dec, publish := s.x.Decide(a, result, u)
 	if obs != nil {
 		now := s.w.cfg.Clock.Now()
 		if dec.Action == ActionRetry || dec.Action == ActionDefer {
@@ -519,56 +457,50 @@ func (s *shell) handle(a *coreAction) {
 		}
 		observed(RunOutcome{Result: result, Action: dec.Action, Reason: dec.Reason, Delay: dec.Delay, Duration: now.Sub(started)})
 	}
-	// A delivery whose channel has closed cannot be settled: the broker
-	// has requeued it, and a successor published now would run beside it.
-	// The consumer may not have said so yet: a pool whose goroutines are
-	// all busy hears that its subscription ended only when one is free,
-	// and a consumer cancelled for a stop says nothing at all. (An
-	// acknowledgement needs no such care: on a closed channel it fails,
-	// and the broker has the job.)
-	stale := false
-	if publish {
-		if sd, ok := a.Msg.(staler); ok {
-			stale = sd.Stale()
-		}
-	}
-	var buf [2]coreAction
-	s.mu.Lock()
-	acts := buf[:0]
-	if stale {
-		acts = s.core.ConnectionLost(acts, a.Gen)
-	}
-	acts = s.core.HandlerDecided(acts, a.ID, dec, publish)
-	s.mu.Unlock()
-	s.exec(acts)
+	s.x.HandlerDecided(a, dec, publish)
 }
 
-// publish publishes a successor (or a malformed body), waits for its
-// confirm, and reports to the core.
-func (s *shell) publish(a *coreAction) {
-	q := s.w.queues[a.Queue]
-	var err error
-	if a.Malformed {
-		s.w.cfg.Logger.ErrorContext(s.ctx, "queuey: malformed envelope: dead-lettering it verbatim",
+// Before logs what the executor is about to do, where it is worth a line.
+func (s *shell) Before(a *coreAction) {
+	log, q := s.w.cfg.Logger, s.w.queues[a.Queue]
+	switch a.Kind {
+	case workercore.Publish:
+		if !a.Malformed {
+			s.w.logDecision(s.ctx, q, a.Job, a.Decision)
+			return
+		}
+		log.ErrorContext(s.ctx, "queuey: malformed envelope: dead-lettering it verbatim",
 			slog.String("queue", q.Name), slog.String("error", a.Err.Error()))
 		if obs := s.w.cfg.Observer; obs != nil {
 			obs.Malformed(s.ctx, q.Name)
 		}
-		err = settle.PublishMalformed(s.ctx, s.w.backend, q, a.Msg.Body())
-	} else {
-		s.w.logDecision(s.ctx, q, a.Job, a.Decision)
-		var rerouted string
-		rerouted, err = settle.PublishSuccessor(s.ctx, s.w.backend, q, a.Decision, a.Msg.Body())
-		if rerouted != "" {
-			s.w.cfg.Logger.ErrorContext(s.ctx, "queuey: job dead-lettered: no hold can take its "+a.Decision.Action.String(),
-				append(jobLogAttrs(q, a.Job), slog.Duration("delay", a.Decision.Delay), slog.String("reason", rerouted))...)
-		}
+	case workercore.StartTimer:
+		log.WarnContext(s.ctx, "queuey: could not settle job: returning it to its queue",
+			slog.String("job_id", a.Job.ID), slog.String("queue", q.Name),
+			slog.String("error", a.Err.Error()), slog.Duration("requeue_delay", a.Delay))
+	case workercore.Drop:
+		log.WarnContext(s.ctx, "queuey: the job's subscription ended before it was settled; the broker redelivers it",
+			slog.String("job_id", a.Job.ID), slog.String("queue", q.Name))
 	}
-	var buf [2]coreAction
-	s.mu.Lock()
-	acts := s.core.Published(buf[:0], a.ID, err)
-	s.mu.Unlock()
-	s.exec(acts)
+}
+
+// After logs a job rerouted to the dead-letter queue, and a settlement
+// that failed (the broker redelivers the job: at least once, never lost).
+func (s *shell) After(a *coreAction, rerouted string, err error) time.Duration {
+	log, q := s.w.cfg.Logger, s.w.queues[a.Queue]
+	switch {
+	case rerouted != "":
+		log.ErrorContext(s.ctx, "queuey: job dead-lettered: no hold can take its "+a.Decision.Action.String(),
+			append(jobLogAttrs(q, a.Job), slog.Duration("delay", a.Decision.Delay), slog.String("reason", rerouted))...)
+	case err == nil:
+	case a.Kind == workercore.Ack:
+		log.WarnContext(s.ctx, "queuey: ack failed; the broker redelivers the job", slog.String("job_id", a.Job.ID),
+			slog.String("queue", q.Name), slog.String("error", err.Error()))
+	case a.Kind == workercore.Requeue:
+		log.WarnContext(s.ctx, "queuey: requeue failed; the broker redelivers the job when the channel closes",
+			slog.String("job_id", a.Job.ID), slog.String("queue", q.Name), slog.String("error", err.Error()))
+	}
+	return 0
 }
 
 // logDecision logs a job that was not simply acknowledged. Built only off

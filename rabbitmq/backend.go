@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -142,7 +143,7 @@ type Backend struct {
 	stopWatch chan struct{}
 
 	// now and sleep are the backend's clock, for the hold warm-up: the
-	// real one, or the simulator's (internal/backendclock).
+	// real one, or the simulator's (internal/backendhook).
 	now   func() time.Time
 	sleep func(ctx context.Context, d time.Duration) error
 
@@ -154,6 +155,7 @@ type Backend struct {
 	ripe      map[string]time.Time
 	warm      map[string]bool // the ladder's warm marker is known to exist
 	consumers map[*consumer]struct{}
+	stepSubs  []*consume.Sub // subscriptions the simulator steps (stepped)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -273,6 +275,15 @@ func (b *Backend) Close() error {
 		var errs []error
 		for _, c := range consumers {
 			errs = append(errs, c.Close())
+		}
+		b.mu.Lock()
+		steps := b.stepSubs
+		b.stepSubs = nil
+		b.mu.Unlock()
+		for _, s := range steps {
+			if ch := s.Channel(); !ch.IsClosed() {
+				errs = append(errs, ch.Close())
+			}
 		}
 		b.holdLock <- struct{}{}
 		if b.hold != nil {

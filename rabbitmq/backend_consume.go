@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queuey/queuey/internal/backendhook"
+	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -43,60 +45,34 @@ import (
 // One goroutine per consumer forwards deliveries; it exits when Deliveries
 // closes. Call Close in every case to release the channel.
 func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queuey.Consumer, error) {
-	if err := b.checkOpen(); err != nil {
+	if err := b.checkConsume(queue, prefetch); err != nil {
 		return nil, err
 	}
-	if err := checkShortName(queue); err != nil {
-		return nil, err
-	}
-	if prefetch < 1 || prefetch > 65535 {
-		return nil, fmt.Errorf("rabbitmq: consume queue %q: prefetch %d is outside 1..65535", queue, prefetch)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	ch, err := b.openChannel(ctx, "consuming queue "+strconv.Quote(queue))
+	sub, err := b.subscribe(ctx, queue, "", prefetch)
 	if err != nil {
 		return nil, err
-	}
-	if err := ch.Qos(prefetch, 0, false); err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("rabbitmq: consume queue %q: qos %d: %w", queue, prefetch, err)
-	}
-	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
-	tag := "queuey-" + strconv.FormatUint(b.tags.Add(1), 10)
-	in, err := ch.Consume(queue, tag, false, false, false, false, nil)
-	if err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, err)
 	}
 	c := &consumer{
-		b:        b,
-		ch:       ch,
-		queue:    queue,
-		tag:      tag,
-		prefetch: prefetch,
-		gen:      1,
-		in:       in,
-		closes:   closes,
-		out:      make(chan queuey.Delivery),
-		closing:  make(chan struct{}),
-		done:     make(chan struct{}),
+		b:       b,
+		sub:     sub,
+		queue:   queue,
+		tag:     sub.Tag(),
+		out:     make(chan queuey.Delivery),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	c.ctx, c.cancelCtx = context.WithCancel(context.Background())
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		_ = ch.Close()
+		_ = sub.Channel().Close()
 		return nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, ErrBackendClosed)
 	}
 	b.consumers[c] = struct{}{}
-	_, ladder := b.declared[queue]
-	ladder = ladder && !b.top.ClassicHolds
 	b.mu.Unlock()
-	b.logger.Debug("rabbitmq: consuming", "queue", queue, "consumer_tag", tag, "prefetch", prefetch)
+	b.logger.Debug("rabbitmq: consuming", "queue", queue, "consumer_tag", c.tag, "prefetch", prefetch)
 	go c.forward()
-	if !ladder {
+	if !b.laddered(queue) {
 		return c, nil
 	}
 	relay, err := b.Consume(ctx, b.top.RelayQueue(queue), relayPrefetch)
@@ -109,6 +85,91 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queu
 	rc.wg.Add(1)
 	go rc.run()
 	return rc, nil
+}
+
+// checkConsume checks Consume's arguments.
+func (b *Backend) checkConsume(queue string, prefetch int) error {
+	if err := b.checkOpen(); err != nil {
+		return err
+	}
+	if err := checkShortName(queue); err != nil {
+		return err
+	}
+	if prefetch < 1 || prefetch > 65535 {
+		return fmt.Errorf("rabbitmq: consume queue %q: prefetch %d is outside 1..65535", queue, prefetch)
+	}
+	return nil
+}
+
+// stepped is Consume without the goroutine shell, for the simulator and
+// the properties (internal/backendhook.Subscribe): the subscription to
+// queue, and to its relay queue when it has a hold ladder. Close closes
+// their channels.
+func (b *Backend) stepped(ctx context.Context, queue, tag string, prefetch int) (work, relay *consume.Sub, err error) {
+	if err := b.checkConsume(queue, prefetch); err != nil {
+		return nil, nil, err
+	}
+	if work, err = b.subscribe(ctx, queue, tag, prefetch); err != nil {
+		return nil, nil, err
+	}
+	subs := []*consume.Sub{work}
+	if b.laddered(queue) {
+		if tag != "" {
+			tag += "-relay"
+		}
+		if relay, err = b.subscribe(ctx, b.top.RelayQueue(queue), tag, relayPrefetch); err != nil {
+			_ = work.Channel().Close()
+			return nil, nil, fmt.Errorf("rabbitmq: consume queue %q: its relay queue: %w", queue, err)
+		}
+		subs = append(subs, relay)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		for _, s := range subs {
+			_ = s.Channel().Close()
+		}
+		return nil, nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, ErrBackendClosed)
+	}
+	b.stepSubs = append(b.stepSubs, subs...)
+	return work, relay, nil
+}
+
+func init() {
+	backendhook.Subscribe = func(backend any, ctx context.Context, queue, tag string, prefetch int) (*consume.Sub, *consume.Sub, error) {
+		return backend.(*Backend).stepped(ctx, queue, tag, prefetch)
+	}
+}
+
+// subscribe opens a fresh channel and subscribes to queue on it as tag,
+// or a generated consumer tag if it is empty: the core (internal/consume)
+// both Consume's goroutine shell and the simulator's stepping drive.
+func (b *Backend) subscribe(ctx context.Context, queue, tag string, prefetch int) (*consume.Sub, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ch, err := b.openChannel(ctx, "consuming queue "+strconv.Quote(queue))
+	if err != nil {
+		return nil, err
+	}
+	if tag == "" {
+		tag = "queuey-" + strconv.FormatUint(b.tags.Add(1), 10)
+	}
+	sub, err := consume.Open(ch, queue, tag, prefetch)
+	if err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, err)
+	}
+	return sub, nil
+}
+
+// laddered reports whether queue was declared through this backend with
+// a hold ladder, whose relay queue its consumers relay.
+func (b *Backend) laddered(queue string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.declared[queue]
+	return ok && !b.top.ClassicHolds
 }
 
 // relayGrace bounds how long Close waits for relays in flight.
@@ -133,7 +194,7 @@ type relayingConsumer struct {
 func (c *relayingConsumer) run() {
 	defer c.wg.Done()
 	for d := range c.relay.Deliveries() {
-		d := d.(*delivery)
+		d := d.(*consume.Delivery)
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
@@ -145,12 +206,12 @@ func (c *relayingConsumer) run() {
 // relayOne relays d, then acknowledges it; a relay that failed returns it
 // to the relay queue after a pause, so that a rung an operator deleted
 // does not spin the relay.
-func (c *relayingConsumer) relayOne(d *delivery) {
+func (c *relayingConsumer) relayOne(d *consume.Delivery) {
 	b := c.consumer.b
 	if d.Stale() {
 		return // its channel went: the broker has requeued it
 	}
-	if err := b.Relay(c.ctx, c.consumer.queue, d.d); err != nil {
+	if err := b.Relay(c.ctx, c.consumer.queue, d.D); err != nil {
 		b.logger.Warn("rabbitmq: relaying a held job failed; it stays in the relay queue", "queue", c.consumer.queue, "error", err)
 		_ = sleepCtx(c.ctx, time.Second)
 		_ = d.Requeue()
@@ -184,17 +245,15 @@ func (c *relayingConsumer) Close() error {
 	return errors.Join(err, c.relay.Close())
 }
 
-// consumer is one subscription: a channel of its own, and the goroutine
-// forwarding its deliveries.
+// consumer is one subscription, the goroutine shell around its core
+// (internal/consume): the goroutine forwarding its deliveries, following
+// its channel's end and, under supervision, resubscribing.
 type consumer struct {
-	b        *Backend
-	queue    string
-	tag      string
-	prefetch int
-	// in and closes are the current channel's; only forward touches them.
-	in     <-chan amqp.Delivery
-	closes chan *amqp.Error
-	out    chan queuey.Delivery
+	b     *Backend
+	sub   *consume.Sub
+	queue string
+	tag   string
+	out   chan queuey.Delivery
 	// ctx ends at Cancel or Close: a resubscription waiting for the
 	// connection gives up.
 	ctx       context.Context
@@ -207,18 +266,12 @@ type consumer struct {
 	done      chan struct{} // closed when forward has returned (after out)
 
 	mu   sync.Mutex
-	ch   Channel     // the current channel: replaced when a supervised consumer resumes
-	gen  uint64      // ch's number, from 1
 	lost chan uint64 // made by Lost; receives gen when ch is lost
 	err  error       // why out was closed; set before it is
 }
 
 // channel returns the consumer's current channel.
-func (c *consumer) channel() Channel {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ch
-}
+func (c *consumer) channel() consume.Channel { return c.sub.Channel() }
 
 // Lost yields the generation of each channel the subscription loses
 // before it resumes on a fresh one, which only a supervised backend's
@@ -314,8 +367,9 @@ func (c *consumer) forward() {
 		if err == nil || c.b.sup == nil || !c.channel().IsClosed() {
 			break // ours, unsupervised, or the broker cancelled the consumer
 		}
+		_, gen, _, _ := c.sub.Current()
 		c.b.logger.Warn("rabbitmq: consumer lost its channel: resuming on a fresh one",
-			"queue", c.queue, "consumer_tag", c.tag, "gen", c.gen, "error", err.Error())
+			"queue", c.queue, "consumer_tag", c.tag, "gen", gen, "error", err.Error())
 		if !c.notifyLost() {
 			err = nil // closed meanwhile
 			break
@@ -338,8 +392,9 @@ func (c *consumer) forward() {
 // if the consumer was closed first.
 func (c *consumer) notifyLost() bool {
 	c.mu.Lock()
-	lost, gen := c.lost, c.gen
+	lost := c.lost
 	c.mu.Unlock()
+	_, gen, _, _ := c.sub.Current()
 	if lost == nil {
 		return true
 	}
@@ -367,7 +422,7 @@ func (c *consumer) resubscribe() error {
 			}
 			return fmt.Errorf("rabbitmq: consumer %s on queue %q: resuming: %w", c.tag, c.queue, err)
 		}
-		in, closes, err := c.subscribe(ch)
+		gen, err := c.sub.Resume(ch)
 		if err != nil {
 			_ = ch.Close()
 			if channelException(err) {
@@ -377,11 +432,6 @@ func (c *consumer) resubscribe() error {
 			}
 			continue // the connection went again (320 CONNECTION_FORCED and the like)
 		}
-		c.mu.Lock()
-		c.ch, c.in, c.closes = ch, in, closes
-		c.gen++
-		gen := c.gen
-		c.mu.Unlock()
 		if c.cancelled.Load() { // Cancel or Close came while it was down
 			_ = ch.Cancel(c.tag, false)
 		}
@@ -390,37 +440,27 @@ func (c *consumer) resubscribe() error {
 	}
 }
 
-// subscribe sets ch up as Consume does.
-func (c *consumer) subscribe(ch Channel) (<-chan amqp.Delivery, chan *amqp.Error, error) {
-	if err := ch.Qos(c.prefetch, 0, false); err != nil {
-		return nil, nil, err
-	}
-	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
-	in, err := ch.Consume(c.queue, c.tag, false, false, false, false, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	return in, closes, nil
-}
-
 // pump forwards deliveries and returns why it stopped: nil for our own
 // Cancel or Close.
 func (c *consumer) pump() error {
+	_, gen, in, closes := c.sub.Current()
 	for {
 		select {
 		case <-c.closing:
 			return nil
-		case e, ok := <-c.closes:
+		case e, ok := <-closes:
 			return c.closedErr(e, ok)
-		case d, ok := <-c.in:
+		case d, ok := <-in:
 			if !ok {
-				return c.inClosed()
+				return c.inClosed(closes)
 			}
+			cd := &consume.Delivery{D: d}
+			c.sub.Take(cd, gen)
 			select {
-			case c.out <- &delivery{d: d, c: c, gen: c.gen}:
+			case c.out <- cd:
 			case <-c.closing:
 				return nil // not handed out: requeued as the channel closes
-			case e, ok := <-c.closes:
+			case e, ok := <-closes:
 				return c.closedErr(e, ok)
 			}
 		}
@@ -432,10 +472,10 @@ func (c *consumer) pump() error {
 // closed before they close its consumers, and hand the NotifyClose
 // listener the broker's reason, if any, no later); or the broker cancelled
 // the consumer.
-func (c *consumer) inClosed() error {
+func (c *consumer) inClosed(closes chan *amqp.Error) error {
 	switch {
 	case c.channel().IsClosed():
-		e, ok := <-c.closes
+		e, ok := <-closes
 		return c.closedErr(e, ok)
 	case c.cancelled.Load():
 		return nil
@@ -454,58 +494,4 @@ func (c *consumer) closedErr(e *amqp.Error, ok bool) error {
 		return nil
 	}
 	return fmt.Errorf("rabbitmq: consumer %s on queue %q: channel closed: %w", c.tag, c.queue, amqp.ErrClosed)
-}
-
-// delivery is one message handed to a consumer.
-type delivery struct {
-	d    amqp.Delivery
-	c    *consumer
-	gen  uint64      // the consumer's channel it came on
-	done atomic.Bool // settled
-}
-
-// Generation is the number of the consumer's channel the delivery came on:
-// 1, then one more each time a supervised consumer resumes (see Lost).
-func (d *delivery) Generation() uint64 { return d.gen }
-
-// Stale reports whether the delivery can no longer be settled: the
-// channel it came on has closed, so the broker has requeued it. The worker
-// asks before it publishes a job's successor, since a successor published
-// then would run beside the requeued job.
-func (d *delivery) Stale() bool {
-	c := d.c
-	c.mu.Lock()
-	ch, gen := c.ch, c.gen
-	c.mu.Unlock()
-	return gen != d.gen || ch.IsClosed()
-}
-
-var _ queuey.Delivery = (*delivery)(nil)
-
-func (d *delivery) Body() []byte      { return d.d.Body }
-func (d *delivery) Priority() uint8   { return d.d.Priority }
-func (d *delivery) Redelivered() bool { return d.d.Redelivered }
-
-// Ack acknowledges the message (basic.ack, one delivery).
-func (d *delivery) Ack() error {
-	return d.settle("ack", func() error { return d.d.Ack(false) })
-}
-
-// Requeue returns the message to its queue with basic.reject and requeue,
-// never basic.nack: on RabbitMQ 4.3 only a reject counts toward a quorum
-// queue's delivery limit.
-func (d *delivery) Requeue() error {
-	return d.settle("requeue", func() error { return d.d.Reject(true) })
-}
-
-func (d *delivery) settle(op string, f func() error) error {
-	if !d.done.CompareAndSwap(false, true) {
-		// A second settlement would close the channel with 406
-		// PRECONDITION_FAILED (unknown delivery tag): refuse it here.
-		return fmt.Errorf("rabbitmq: %s delivery %d on queue %q: already settled", op, d.d.DeliveryTag, d.c.queue)
-	}
-	if err := f(); err != nil {
-		return fmt.Errorf("rabbitmq: %s delivery %d on queue %q: %w", op, d.d.DeliveryTag, d.c.queue, err)
-	}
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/go-cmp/cmp"
+	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -503,7 +504,7 @@ func TestBackendConsumeAckRequeue(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := receiveDelivery(t, qc)
-		if n := d.(*delivery).d.Headers["x-delivery-count"]; n != int64(1) {
+		if n := d.(*consume.Delivery).D.Headers["x-delivery-count"]; n != int64(1) {
 			t.Fatalf("x-delivery-count after Requeue: %v, want 1", n)
 		}
 		if err := d.Ack(); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/go-cmp/cmp"
+	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -650,9 +651,9 @@ func TestRequeueUsesRejectOnQuorum(t *testing.T) {
 	defer c.Close()
 	for want := range int64(3) {
 		d := receiveDelivery(t, c)
-		got, _ := d.(*delivery).d.Headers["x-delivery-count"].(int64)
+		got, _ := d.(*consume.Delivery).D.Headers["x-delivery-count"].(int64)
 		if got != want {
-			t.Fatalf("delivery %d: x-delivery-count %v, want %d", want+1, d.(*delivery).d.Headers["x-delivery-count"], want)
+			t.Fatalf("delivery %d: x-delivery-count %v, want %d", want+1, d.(*consume.Delivery).D.Headers["x-delivery-count"], want)
 		}
 		if err := d.Requeue(); err != nil {
 			t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/queuey/queuey/internal/backendclock"
+	"github.com/queuey/queuey/internal/backendhook"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -149,7 +149,7 @@ func (b *Backend) Relay(ctx context.Context, queue string, d amqp.Delivery) erro
 }
 
 func init() {
-	backendclock.Set = func(backend any, now func() time.Time, sleep func(context.Context, time.Duration) error) {
+	backendhook.SetClock = func(backend any, now func() time.Time, sleep func(context.Context, time.Duration) error) {
 		b := backend.(*Backend)
 		b.now, b.sleep = now, sleep
 	}

@@ -18,6 +18,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -642,7 +643,7 @@ func TestConsumerResumesAfterTheConnectionDrops(t *testing.T) {
 		if err := s.b.Publish(t.Context(), job("j1"), 0, queuey.HoldRetry); err != nil {
 			t.Fatal(err)
 		}
-		d := (<-c.Deliveries()).(*delivery)
+		d := (<-c.Deliveries()).(*consume.Delivery)
 		if d.Generation() != 1 {
 			t.Fatalf("first delivery of generation %d", d.Generation())
 		}
@@ -653,9 +654,9 @@ func TestConsumerResumesAfterTheConnectionDrops(t *testing.T) {
 		if err := d.Ack(); err == nil {
 			t.Fatal("acked a delivery of the lost channel")
 		}
-		again := (<-c.Deliveries()).(*delivery) // the broker requeued j1
-		if again.Generation() != 2 || again.d.MessageId != "j1" || !again.Redelivered() {
-			t.Fatalf("after resuming: %q of generation %d, redelivered %t", again.d.MessageId, again.Generation(), again.Redelivered())
+		again := (<-c.Deliveries()).(*consume.Delivery) // the broker requeued j1
+		if again.Generation() != 2 || again.D.MessageId != "j1" || !again.Redelivered() {
+			t.Fatalf("after resuming: %q of generation %d, redelivered %t", again.D.MessageId, again.Generation(), again.Redelivered())
 		}
 		if err := again.Ack(); err != nil {
 			t.Fatal(err)

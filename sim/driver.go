@@ -13,7 +13,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/queuey/queuey/internal/backendclock"
+	"github.com/queuey/queuey/internal/backendhook"
+	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/membroker"
@@ -34,7 +35,7 @@ func (r *runner) startWorker(w *worker) error {
 	if err != nil {
 		return fmt.Errorf("sim: worker backend: %w", err)
 	}
-	backendclock.Set(w.rb, r.clk.Now, notRipeYet)
+	backendhook.SetClock(w.rb, r.clk.Now, notRipeYet)
 	// The worker's backend has declared nothing; it learns the queue as a
 	// worker process does, by declaring it (an equivalent redeclaration).
 	if err := w.rb.Declare(r.bg, w.q.cfg); err != nil {
@@ -48,19 +49,12 @@ func (r *runner) startWorker(w *worker) error {
 		}
 		w.back = lb
 	}
-	// The subscription is what rabbitmq.Backend.Consume sets up (a channel
-	// of its own, Qos(prefetch), manual acknowledgements, settled with
-	// basic.ack or basic.reject with requeue), read here without the
-	// backend's forwarding goroutine: membroker hands deliveries over before
-	// its calls return, so the simulation takes them straight off the
+	// The subscription is rabbitmq.Backend.Consume's (a channel of its
+	// own, Qos(prefetch), manual acknowledgements, settled through its
+	// core, internal/consume), stepped here without the backend's
+	// forwarding goroutine: membroker hands deliveries over before its
+	// calls return, so the simulation takes them straight off the
 	// channel, on its one goroutine, without a thread handoff per message.
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("sim: worker channel: %w", err)
-	}
-	if err := ch.Qos(w.q.cfg.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("sim: worker qos: %w", err)
-	}
 	w.tags++
 	tag := fmt.Sprintf("%s-w%d-%d", w.q.spec.Name, w.idx, w.tags)
 	if w.core == nil {
@@ -69,38 +63,27 @@ func (r *runner) startWorker(w *worker) error {
 	}
 	w.connGen++
 	w.core.ConnectionUp(w.connGen)
-	sub := &subscription{w: w, tag: tag, back: w.back, ch: ch, gen: w.connGen}
-	r.subs[tag] = sub // before Consume, which may deliver at once
-	in, err := ch.Consume(w.q.spec.Name, tag, false, false, false, false, nil)
+	sub := &subscription{w: w, tag: tag, back: w.back, gen: w.connGen}
+	r.subs[tag] = sub // before subscribing, which may deliver at once
+	// With a hold ladder the backend subscribes to the relay queue too,
+	// whose deliveries relayOne relays as Backend.Consume's consumer does.
+	rsub := &subscription{w: w, tag: tag + "-relay", back: w.back, gen: w.connGen, relay: true}
+	r.subs[rsub.tag] = rsub
+	work, relay, err := backendhook.Subscribe(w.rb, r.bg, w.q.spec.Name, tag, w.q.cfg.Prefetch)
 	if err != nil {
 		return fmt.Errorf("sim: worker consume: %w", err)
 	}
-	sub.in = in
+	sub.attach(work, r.opts.mutate.consumeMutation())
 	w.sub = sub
-	if !r.top.ClassicHolds {
-		// What rabbitmq.Backend.Consume adds for the ladder: a subscription
-		// to the relay queue on a channel of its own, each delivery
-		// relayed by the backend (Backend.Relay) and then acknowledged.
-		rch, err := conn.Channel()
-		if err != nil {
-			return fmt.Errorf("sim: worker relay channel: %w", err)
-		}
-		if err := rch.Qos(relayPrefetch, 0, false); err != nil {
-			return fmt.Errorf("sim: worker relay qos: %w", err)
-		}
-		rsub := &subscription{w: w, tag: tag + "-relay", back: w.back, ch: rch, gen: w.connGen, relay: true}
-		r.subs[rsub.tag] = rsub
-		if rsub.in, err = rch.Consume(r.top.RelayQueue(w.q.spec.Name), rsub.tag, false, false, false, false, nil); err != nil {
-			return fmt.Errorf("sim: worker relay consume: %w", err)
-		}
+	if relay != nil {
+		rsub.attach(relay, consume.MutNone)
 		w.relaySub = rsub
+	} else {
+		delete(r.subs, rsub.tag)
 	}
 	w.up = true
 	return nil
 }
-
-// relayPrefetch is rabbitmq.Backend's prefetch on a relay queue.
-const relayPrefetch = 64
 
 // notRipe is what a worker's backend's wait returns in the simulation,
 // which cannot block: the backend would have waited d for its hold ladder
@@ -119,21 +102,21 @@ var errDisconnected = errors.New("sim: the connection went while the hold waited
 // relayOne carries out what a backend's relay consumer does with a
 // delivery from the relay queue: Backend.Relay publishes the job to its
 // next rung or back to its work queue, then the delivery is acknowledged.
-func (r *runner) relayOne(sub *subscription, d amqp.Delivery) {
+func (r *runner) relayOne(sub *subscription, d *consume.Delivery) {
 	w := sub.w
-	if sub.dead || sub != w.relaySub {
+	if sub.dead || sub != w.relaySub || d.Stale() {
 		return // its process or connection is gone: the broker requeues it
 	}
-	j := r.job(jobNumber(d.MessageId))
+	j := r.job(jobNumber(d.D.MessageId))
 	r.relaying, r.relayJob = true, j
-	err := w.rb.Relay(r.bg, w.q.spec.Name, d)
+	err := w.rb.Relay(r.bg, w.q.spec.Name, d.D)
 	r.relaying, r.relayJob = false, nil
 	if err != nil {
-		r.emit(Event{Kind: EvSettleFailed, Job: jobNumber(d.MessageId), Queue: w.q.spec.Name, Worker: w.idx, Detail: "relay: " + settleFailure(err)})
-		_ = d.Reject(true)
+		r.emit(Event{Kind: EvSettleFailed, Job: jobNumber(d.D.MessageId), Queue: w.q.spec.Name, Worker: w.idx, Detail: "relay: " + settleFailure(err)})
+		_ = d.Requeue()
 		return
 	}
-	if err := d.Ack(false); err != nil {
+	if err := d.Ack(); err != nil {
 		if j != nil {
 			j.explain++ // requeued after its next step was published: a possible duplicate
 		}
@@ -465,7 +448,7 @@ func (r *runner) requeue(w *worker, a *simAction) {
 // simDelivery is a delivery in a worker's hands: it settles as the
 // backend's consumer does, and carries its handler run's state.
 type simDelivery struct {
-	d   amqp.Delivery
+	cd  consume.Delivery // the backend's consumer core's delivery
 	r   *runner
 	w   *worker
 	sub *subscription
@@ -478,15 +461,17 @@ type simDelivery struct {
 	run int           // the handler run it is, from 0
 }
 
-func (d *simDelivery) Body() []byte { return d.d.Body }
+func (d *simDelivery) Body() []byte { return d.cd.D.Body }
 
-func (d *simDelivery) Priority() uint8 { return d.d.Priority }
+func (d *simDelivery) Priority() uint8 { return d.cd.D.Priority }
 
-func (d *simDelivery) Redelivered() bool { return d.d.Redelivered }
+func (d *simDelivery) Redelivered() bool { return d.cd.D.Redelivered }
 
-func (d *simDelivery) Ack() error { return d.d.Ack(false) }
+func (d *simDelivery) Ack() error { return d.cd.Ack() }
 
-func (d *simDelivery) Requeue() error { return d.d.Reject(true) }
+func (d *simDelivery) Requeue() error { return d.cd.Requeue() }
+
+func (d *simDelivery) Stale() bool { return d.cd.Stale() }
 
 func (r *runner) newDelivery() *simDelivery {
 	if n := len(r.freeDels); n > 0 {
@@ -501,7 +486,7 @@ func (r *runner) newDelivery() *simDelivery {
 // by nothing any more.
 func (r *runner) recycle(d queuey.Delivery) {
 	if sd, ok := d.(*simDelivery); ok && len(r.freeDels) < 1024 {
-		r.broker.Reuse(&sd.d) // its header table and body, for a later delivery
+		r.broker.Reuse(&sd.cd.D) // its header table and body, for a later delivery
 		*sd = simDelivery{}
 		r.freeDels = append(r.freeDels, sd)
 	}

@@ -8,7 +8,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/queuey/queuey/internal/backendclock"
+	"github.com/queuey/queuey/internal/backendhook"
+	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/redial"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
@@ -55,7 +56,21 @@ const (
 	mutAckFirst                 // the worker core acknowledges before the successor is confirmed
 	mutSettleStale              // the worker core settles a delivery whose connection is gone
 	mutDialStorm                // a reconnecting process waits half of what its backoff asks
+	mutSettleTwice              // the consumer's core lets a second settlement reach the broker
+	mutIgnoreStale              // the consumer's core never calls a delivery stale
 )
+
+// consumeMutation is the consumer core's deliberate bug for m, if it is
+// one.
+func (m mutation) consumeMutation() consume.Mutation {
+	switch m {
+	case mutSettleTwice:
+		return consume.MutSettleTwice
+	case mutIgnoreStale:
+		return consume.MutIgnoreStale
+	}
+	return consume.MutNone
+}
 
 // coreMutation is the worker core's deliberate bug for m, if it is one.
 func (m mutation) coreMutation() workercore.Mutation {
@@ -295,18 +310,27 @@ func (s *subscription) release(n uint64) {
 	}
 }
 
-// subscription is one Consume of a worker.
+// subscription is one Consume of a worker: the backend's consumer core,
+// stepped.
 type subscription struct {
-	in      <-chan amqp.Delivery
+	core    *consume.Sub
+	in      <-chan amqp.Delivery // core's deliveries: it never resumes on another channel
+	ch      consume.Channel      // core's channel
 	w       *worker
 	tag     string
 	pending int            // deliveries the broker reported and the worker has yet to take
-	back    queuey.Backend // the backend it came from, which settles its deliveries
-	ch      *membroker.Channel
-	held    []uint64 // numbers of the jobs in hand (a prefetch's worth), in no order
-	dead    bool     // its process crashed: its handlers vanished
+	back    queuey.Backend // the backend it came from, which publishes its jobs' successors
+	held    []uint64       // numbers of the jobs in hand (a prefetch's worth), in no order
+	dead    bool           // its process crashed: its handlers vanished
 	gen     workercore.Gen
 	relay   bool // a subscription to the relay queue: its deliveries are relayed, not run
+}
+
+// attach makes core the subscription's, broken as mut says (tests only).
+func (s *subscription) attach(core *consume.Sub, mut consume.Mutation) {
+	core.SetMutation(mut)
+	s.core = core
+	s.ch, _, s.in, _ = core.Current()
 }
 
 func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
@@ -432,7 +456,7 @@ func (r *runner) deployBefore() error {
 	if err != nil {
 		return fmt.Errorf("sim: the earlier deployment's backend: %w", err)
 	}
-	backendclock.Set(b, r.clk.Now, notRipeYet)
+	backendhook.SetClock(b, r.clk.Now, notRipeYet)
 	if err := b.Declare(r.bg, r.configs...); err != nil {
 		return fmt.Errorf("sim: the earlier deployment's declaration: %w", err)
 	}
@@ -572,16 +596,17 @@ func (r *runner) pump() {
 			for sub.pending > 0 {
 				sub.pending--
 				if sub.relay {
-					var d amqp.Delivery
-					if !receiveNow(&d, sub.in) {
+					var d consume.Delivery
+					if !receiveNow(&d.D, sub.in) {
 						sub.pending = 0 // the broker took them back with the channel
 						break
 					}
-					r.relayOne(sub, d)
+					sub.core.Take(&d, 1)
+					r.relayOne(sub, &d)
 					continue
 				}
 				sd := r.newDelivery()
-				if !receiveNow(&sd.d, sub.in) {
+				if !receiveNow(&sd.cd.D, sub.in) {
 					r.recycle(sd)
 					if sub.dead || sub.ch.IsClosed() {
 						sub.pending = 0 // the broker took them back with the channel
@@ -590,6 +615,7 @@ func (r *runner) pump() {
 					r.failf("consumer %s: a delivery the broker reported is not on its channel", sub.tag)
 					return
 				}
+				sub.core.Take(&sd.cd, 1)
 				r.begin(sub.w, sub, sd)
 			}
 		}

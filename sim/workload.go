@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/queuey/queuey/internal/backendclock"
+	"github.com/queuey/queuey/internal/backendhook"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -159,7 +159,7 @@ func (r *runner) connectProducer() error {
 	if r.producerBack, err = rabbitmq.New(r.channels(conn), rabbitmq.Options{Topology: r.top}); err != nil {
 		return fmt.Errorf("sim: producer backend: %w", err)
 	}
-	backendclock.Set(r.producerBack, r.clk.Now, notRipeYet)
+	backendhook.SetClock(r.producerBack, r.clk.Now, notRipeYet)
 	r.producer, err = queuey.NewProducer(r.bg, r.producerBack, r.configs, queuey.ProducerConfig{
 		Clock: r.clk,
 		NewID: func() string {

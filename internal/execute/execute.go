@@ -1,0 +1,219 @@
+// Package execute carries out a worker core's actions (internal/settle's
+// Core): it runs what the core says, in order, feeds each outcome back,
+// and keeps the timers the core asks for. queuey's Worker.Run, the
+// simulator and the property tests all carry out actions through it; what
+// differs between them is a Shell: how handlers are scheduled, how time
+// passes, and what each records or logs around an action
+// (docs/worker-core.md, "One executor").
+//
+// An Executor is safe for concurrent use: calls into the core are
+// serialised under its lock, and actions are carried out outside it, on
+// the calling goroutine.
+package execute
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/queuey/queuey/internal/settle"
+	"github.com/queuey/queuey/internal/workercore"
+	"github.com/queuey/queuey/queuey/contract"
+	"github.com/queuey/queuey/queuey/envelope"
+)
+
+// Msg is a delivery the executor settles: contract.Delivery's methods.
+type Msg interface {
+	Body() []byte
+	Ack() error
+	Requeue() error
+}
+
+// Action is one of a core's actions.
+type Action[M Msg] = settle.Action[M]
+
+// Shell is what differs between the executors' users.
+type Shell[M Msg] interface {
+	// RunHandler starts the handler of a's job. Once it has returned, the
+	// shell calls Executor.HandlerDone with a: at once, on the calling
+	// goroutine (Worker.Run), or later on its clock (the simulator).
+	RunHandler(a *Action[M])
+	// AfterFunc calls f after d on the shell's clock, on a goroutine of
+	// the shell's choosing, unless stop is called first.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+	// Before is told of a Publish, Ack, Requeue, StartTimer or Drop just
+	// before the executor carries it out.
+	Before(a *Action[M])
+	// After is told how a Publish, Ack or Requeue went: rerouted is the
+	// dead-letter reason of a retry or deferral no hold could take
+	// (settle.PublishSuccessor), err the broker's answer. For a Publish,
+	// a positive again asks the executor to publish again after that long
+	// instead of reporting err to the core: the simulator's backend cannot
+	// block while its hold ladder warms up.
+	After(a *Action[M], rerouted string, err error) (again time.Duration)
+}
+
+// ErrStale is what the core hears of a publish that was to be tried again
+// once its delivery had gone stale: the broker has requeued the job.
+var ErrStale = errors.New("execute: the delivery's channel closed before its successor could be published")
+
+// staler is a delivery that can tell when it can no longer be settled,
+// as internal/consume's can.
+type staler interface{ Stale() bool }
+
+// Executor carries out the actions of one worker core.
+type Executor[M Msg] struct {
+	shell   Shell[M]
+	backend contract.Backend
+	queues  []contract.QueueConfig
+	ctx     context.Context // publishes'
+
+	mu     sync.Mutex
+	core   *settle.Core[M]
+	timers map[workercore.ID]func() bool
+}
+
+// New returns an executor of core's actions for the listed queues (by the
+// core's queue index), publishing through backend with ctx.
+func New[M Msg](ctx context.Context, core *settle.Core[M], shell Shell[M], backend contract.Backend, queues []contract.QueueConfig) *Executor[M] {
+	return &Executor[M]{shell: shell, backend: backend, queues: queues, ctx: ctx, core: core,
+		timers: map[workercore.ID]func() bool{}}
+}
+
+// Step calls f with the core under the executor's lock and carries out
+// the actions it returns. f appends to acts, a buffer it may use.
+func (x *Executor[M]) Step(f func(core *settle.Core[M], acts []Action[M]) []Action[M]) {
+	var buf [4]Action[M]
+	x.mu.Lock()
+	acts := f(x.core, buf[:0])
+	x.mu.Unlock()
+	x.Exec(acts)
+}
+
+// Core is the executor's core. Call its methods only inside Step.
+func (x *Executor[M]) Core() *settle.Core[M] { return x.core }
+
+// Decode decodes m's body as the core's rules do, for DeliverDecoded
+// inside a Step: it needs no lock.
+func (x *Executor[M]) Decode(q int, m M) (envelope.Envelope, error) {
+	return x.core.Decode(q, m.Body())
+}
+
+// Deliver hands the core delivery m of queue q, which came on gen, and
+// carries out what it says. The body is decoded outside the lock.
+func (x *Executor[M]) Deliver(q int, gen workercore.Gen, m M) {
+	job, err := x.Decode(q, m)
+	x.Step(func(c *settle.Core[M], acts []Action[M]) []Action[M] {
+		return c.DeliverDecoded(acts, q, gen, m, job, err)
+	})
+}
+
+// HandlerDone is the end of the handler a RunHandler action a started:
+// result is what it returned, u a uniform draw in [0, 1) for a retry's
+// jitter. It is Decide, then HandlerDecided.
+func (x *Executor[M]) HandlerDone(a *Action[M], result error, u float64) {
+	dec, publish := x.Decide(a, result, u)
+	x.HandlerDecided(a, dec, publish)
+}
+
+// Decide is what result means for a's job (settle.Decide): publish says
+// whether it has a successor to publish. A shell that wants to see or
+// stamp the decision (Worker.Run's observer) calls Decide and
+// HandlerDecided itself.
+func (x *Executor[M]) Decide(a *Action[M], result error, u float64) (dec settle.Decision, publish bool) {
+	return x.core.Decide(a.Queue, a.Job, result, u)
+}
+
+// HandlerDecided settles a's job as dec says. A delivery whose channel has
+// closed cannot be settled: the broker has requeued it, and a successor
+// published now would run beside it, so its connection is reported lost
+// first, whatever the shell has heard (Worker.Run's consumers tell of a
+// lost channel on another goroutine, and the simulator's only when its
+// process reconnects). An acknowledgement needs no such care: on a closed
+// channel it fails, and the broker has the job.
+func (x *Executor[M]) HandlerDecided(a *Action[M], dec settle.Decision, publish bool) {
+	stale := false
+	if publish {
+		if s, ok := any(a.Msg).(staler); ok {
+			stale = s.Stale()
+		}
+	}
+	x.Step(func(c *settle.Core[M], acts []Action[M]) []Action[M] {
+		if stale {
+			acts = c.ConnectionLost(acts, a.Gen)
+		}
+		return c.HandlerDecided(acts, a.ID, dec, publish)
+	})
+}
+
+// Exec carries out acts in order, on the calling goroutine.
+func (x *Executor[M]) Exec(acts []Action[M]) {
+	for i := range acts {
+		a := &acts[i]
+		switch a.Kind {
+		case workercore.RunHandler:
+			x.shell.RunHandler(a)
+		case workercore.Publish:
+			x.publish(a)
+		case workercore.Ack:
+			x.shell.Before(a)
+			x.shell.After(a, "", a.Msg.Ack())
+		case workercore.Requeue:
+			x.shell.Before(a)
+			x.shell.After(a, "", a.Msg.Requeue())
+		case workercore.StartTimer:
+			x.shell.Before(a)
+			id := a.ID
+			x.mu.Lock()
+			x.timers[id] = x.shell.AfterFunc(a.Delay, func() {
+				x.Step(func(c *settle.Core[M], acts []Action[M]) []Action[M] {
+					delete(x.timers, id)
+					return c.TimerFired(acts, id)
+				})
+			})
+			x.mu.Unlock()
+		case workercore.StopTimer:
+			x.mu.Lock()
+			if stop := x.timers[a.ID]; stop != nil {
+				stop()
+				delete(x.timers, a.ID)
+			}
+			x.mu.Unlock()
+		case workercore.Drop:
+			x.shell.Before(a)
+		}
+	}
+}
+
+// publish publishes a's successor (or its malformed body) and reports the
+// broker's answer to the core, or publishes again when the shell asks.
+func (x *Executor[M]) publish(a *Action[M]) {
+	x.shell.Before(a)
+	q := x.queues[a.Queue]
+	var rerouted string
+	var err error
+	if a.Malformed {
+		err = settle.PublishMalformed(x.ctx, x.backend, q, a.Msg.Body())
+	} else {
+		rerouted, err = settle.PublishSuccessor(x.ctx, x.backend, q, a.Decision, a.Msg.Body())
+	}
+	if again := x.shell.After(a, rerouted, err); again > 0 {
+		act := *a
+		x.shell.AfterFunc(again, func() {
+			if s, ok := any(act.Msg).(staler); ok && s.Stale() {
+				x.published(act.ID, ErrStale)
+				return
+			}
+			x.publish(&act)
+		})
+		return
+	}
+	x.published(a.ID, err)
+}
+
+func (x *Executor[M]) published(id workercore.ID, err error) {
+	x.Step(func(c *settle.Core[M], acts []Action[M]) []Action[M] {
+		return c.Published(acts, id, err)
+	})
+}
