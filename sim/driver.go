@@ -15,6 +15,7 @@ import (
 
 	"github.com/queuey/queuey/internal/backendhook"
 	"github.com/queuey/queuey/internal/consume"
+	"github.com/queuey/queuey/internal/execute"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/membroker"
@@ -58,9 +59,18 @@ func (r *runner) startWorker(w *worker) error {
 	w.tags++
 	tag := fmt.Sprintf("%s-w%d-%d", w.q.spec.Name, w.idx, w.tags)
 	if w.core == nil {
-		w.core = settle.New[*simDelivery]([]queuey.QueueConfig{w.q.cfg},
-			workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay, Mutate: r.opts.mutate.coreMutation()})
+		r.newExecutor(w)
 	}
+	// The connections it lost: its core drops what it cannot settle any
+	// more, and a handler still running reports to no one.
+	lost := w.lost
+	w.lost = w.lost[:0]
+	w.x.Step(func(c *settle.Core[*simDelivery], acts []simAction) []simAction {
+		for _, g := range lost {
+			acts = c.ConnectionLost(acts, g)
+		}
+		return acts
+	})
 	w.connGen++
 	w.core.ConnectionUp(w.connGen)
 	sub := &subscription{w: w, tag: tag, back: w.back, gen: w.connGen}
@@ -131,7 +141,7 @@ func (r *runner) relayOne(sub *subscription, d *consume.Delivery) {
 // stopWorker releases a worker's backend; its connection is already gone.
 func (r *runner) stopWorker(w *worker) {
 	w.up = false
-	w.core, w.connGen = nil, 0 // the process, and its core, died
+	w.core, w.x, w.connGen, w.lost = nil, nil, 0, nil // the process, and its core, died
 	if w.sub != nil {
 		w.sub.dead = true
 		w.sub = nil
@@ -171,56 +181,51 @@ func (c oldExpiresChannel) QueueDeclare(name string, durable, autoDelete, exclus
 // simAction is one of a worker core's actions.
 type simAction = settle.Action[*simDelivery]
 
-// begin hands a delivery to its worker's core: the product's own
+// begin hands a delivery to its worker's executor: the product's own
 // settlement logic (internal/workercore) decides everything from here, and
-// exec carries out what it says.
+// the product's executor (internal/execute) carries out what it says, with
+// the process as its shell (proc).
 func (r *runner) begin(w *worker, sub *subscription, d *simDelivery) {
 	d.r, d.w, d.sub, d.gen = r, w, sub, w.gen
-	var buf [2]simAction
-	r.exec(w, w.core.Deliver(buf[:0], 0, sub.gen, d))
+	w.x.Deliver(0, sub.gen, d)
 }
 
-// exec carries out a worker core's actions, the simulation's shell: a
-// handler runs for its drawn duration on the virtual clock, publishes and
-// acknowledgements go to the broker at once, and every step is traced and
-// checked.
-func (r *runner) exec(w *worker, acts []simAction) {
-	for i := range acts {
-		a := &acts[i]
-		switch a.Kind {
-		case workercore.RunHandler:
-			r.runHandler(w, a)
-		case workercore.Publish:
-			if a.Malformed {
-				r.publishMalformed(w, a)
-			} else {
-				r.publish(w, a)
-			}
-		case workercore.Ack:
-			r.ack(w, a)
-		case workercore.Requeue:
-			r.requeue(w, a)
-		case workercore.StartTimer:
-			// The core ignores a timer whose delivery it has forgotten;
-			// a process that died took its core with it.
-			gen, id := w.gen, a.ID
-			r.clk.AfterFunc(a.Delay, func() {
-				if w.gen == gen {
-					var buf [2]simAction
-					r.exec(w, w.core.TimerFired(buf[:0], id))
-				}
-			})
-		case workercore.Drop:
-			d := a.Msg
-			r.emit(Event{Kind: EvSettleFailed, Job: d.n, Queue: w.q.spec.Name, Worker: w.idx, Detail: "its connection is gone: outcome dropped"})
-			r.recycle(d)
+// proc is a worker process as the executor's shell: a handler runs for
+// its drawn duration on the virtual clock, publishes go to the process's
+// current backend (with the deliberate bug a test asks for), and every
+// step is traced and checked.
+type proc struct {
+	r *runner
+	w *worker
+}
+
+var _ execute.Shell[*simDelivery] = proc{}
+
+// newExecutor starts w's process: its worker core and the executor that
+// carries out the core's actions.
+func (r *runner) newExecutor(w *worker) {
+	w.core = settle.New[*simDelivery]([]queuey.QueueConfig{w.q.cfg},
+		workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay, Mutate: r.opts.mutate.coreMutation()})
+	w.x = execute.New[*simDelivery](r.bg, w.core, proc{r, w}, procBackend{r, w}, []queuey.QueueConfig{w.q.cfg})
+}
+
+// AfterFunc waits on the virtual clock; a process that died took its
+// timers with it.
+func (p proc) AfterFunc(d time.Duration, f func()) func() bool {
+	w, gen := p.w, p.w.gen
+	stopped := false
+	p.r.clk.AfterFunc(d, func() {
+		if !stopped && w.gen == gen {
+			f()
 		}
-	}
+	})
+	return func() bool { s := !stopped; stopped = true; return s }
 }
 
-// runHandler starts a job's handler: its outcome is drawn, and it
+// RunHandler starts a job's handler: its outcome is drawn, and it
 // completes after its drawn duration.
-func (r *runner) runHandler(w *worker, a *simAction) {
+func (p proc) RunHandler(a *simAction) {
+	r, w := p.r, p.w
 	d, env := a.Msg, a.Job
 	n := jobNumber(env.ID)
 	j := r.job(n)
@@ -233,7 +238,7 @@ func (r *runner) runHandler(w *worker, a *simAction) {
 	d.sub.held = append(d.sub.held, n)
 	d.run = j.runs
 	j.runs++
-	d.j, d.n, d.env, d.id = j, n, env, a.ID
+	d.j, d.n, d.env, d.id, d.qgen = j, n, env, a.ID, a.Gen
 	d.out = r.outcomeOf(j, d.run)
 	r.clk.afterFire(d.out.duration, d)
 }
@@ -241,8 +246,8 @@ func (r *runner) runHandler(w *worker, a *simAction) {
 // fire is the end of a delivery's handler run.
 func (d *simDelivery) fire() { d.r.complete(d) }
 
-// complete reports a handler's result to its worker's core, unless the
-// process died meanwhile (its core with it) or the handler crashes it.
+// complete reports a handler's result to its worker's executor, unless
+// the process died meanwhile (its core with it) or the handler crashes it.
 func (r *runner) complete(d *simDelivery) {
 	w := d.w
 	if w.gen != d.gen {
@@ -253,26 +258,97 @@ func (r *runner) complete(d *simDelivery) {
 		r.crash(w, "poison job "+strconv.FormatUint(d.n, 10))
 		return
 	}
-	var buf [2]simAction
-	r.exec(w, w.core.HandlerDone(buf[:0], d.id, d.out.result, r.draw(d.n, uint64(d.run+1), streamJitter)))
+	a := simAction{Kind: workercore.RunHandler, ID: d.id, Gen: d.qgen, Msg: d, Job: d.env}
+	w.x.HandlerDone(&a, d.out.result, r.draw(d.n, uint64(d.run+1), streamJitter))
 }
 
-// publish publishes the successor the core decided, with the bookkeeping
-// the invariants need around the call, and reports the broker's answer to
-// the core.
-func (r *runner) publish(w *worker, a *simAction) { r.publishIssued(w, a, r.now()) }
+// Before records what the invariants need ahead of a step.
+func (p proc) Before(a *simAction) {
+	r, w, d := p.r, p.w, a.Msg
+	switch a.Kind {
+	case workercore.Publish:
+		if a.Malformed {
+			return
+		}
+		if !d.publishing {
+			d.publishing, d.issued = true, r.now()
+		}
+		r.beforePublish(w, a, d.issued)
+	case workercore.Ack:
+		if d.acked {
+			return // a second acknowledgement: only a broken core asks for one
+		}
+		if d.sub != w.sub {
+			// Its connection went before the core heard (it hears as the
+			// process reconnects): the ack fails, and the job, requeued by
+			// the broker, may have ended since and its record been reused.
+			d.gone = true
+			return
+		}
+		if !a.Malformed && a.Decision.Action == queuey.ActionAck {
+			r.checkDecision(d.j, d.env, d.out, a.Decision)
+		}
+	case workercore.Requeue:
+		if d.sub != w.sub {
+			d.gone = true // as for an ack
+			return
+		}
+		// basic.reject with requeue counts toward a quorum queue's
+		// delivery limit on both profiles (as a return on 4.0, as a failed
+		// delivery on 4.3; a nack would not on 4.3). Counted before the
+		// call, in which the broker may dead-letter it.
+		if d.j != nil {
+			d.j.returns++
+		}
+	case workercore.Drop:
+		// Not recycled: rare, and a broken core (mutSettleStale) may still
+		// settle it.
+		r.emit(Event{Kind: EvSettleFailed, Job: d.n, Queue: w.q.spec.Name, Worker: w.idx, Detail: "its connection is gone: outcome dropped"})
+	}
+}
 
-// publishIssued is publish for a settlement the core issued at issued:
-// earlier than now when the hold waited for the ladder's warm-up, which
-// then counts in the added wait.
-func (r *runner) publishIssued(w *worker, a *simAction, issued time.Duration) {
+// After records how a step went.
+func (p proc) After(a *simAction, rerouted string, err error) time.Duration {
+	r, w := p.r, p.w
+	switch a.Kind {
+	case workercore.Publish:
+		if a.Malformed {
+			return r.afterMalformed(w, a, err)
+		}
+		return r.afterPublish(w, a, rerouted, err)
+	case workercore.Ack:
+		r.acked(w, a, err)
+		r.checkChannel(w, a.Msg.sub)
+	case workercore.Requeue:
+		r.requeued(a, err)
+		r.checkChannel(w, a.Msg.sub)
+	}
+	return 0
+}
+
+// checkChannel checks that a settlement on sub did not make the broker
+// close its channel, while its process and connection live (10).
+func (r *runner) checkChannel(w *worker, sub *subscription) {
+	if sub == w.sub && !sub.dead && !sub.closedByBroker && sub.ch.IsClosed() {
+		sub.closedByBroker = true
+		r.violate(invChannelKept, nil, fmt.Sprintf("worker %d: the broker closed its consumer's channel after a settlement", w.idx))
+	}
+}
+
+// beforePublish checks the successor the core decided and notes what the
+// broker's events during the publish must match: a settlement the core
+// issued at issued, earlier than now when the hold waited for the
+// ladder's warm-up, which then counts in the added wait.
+func (r *runner) beforePublish(w *worker, a *simAction, issued time.Duration) {
 	d, env, dec := a.Msg, a.Job, a.Decision
-	q := w.q
 	if d.sub != w.sub {
 		// The core must drop the outcome of a delivery whose connection
 		// went: the broker has requeued it, so a successor would be a
 		// second copy of the job.
 		r.violate(invConservation, r.job(d.n), fmt.Sprintf("job %d: its worker published a successor for a delivery of a connection that is gone", d.n))
+		// Refused, so that the run goes on: the job may have ended, and
+		// its record been reused, since.
+		d.gone, r.refuse = true, true
 		return
 	}
 	j := d.j
@@ -289,8 +365,7 @@ func (r *runner) publishIssued(w *worker, a *simAction, issued time.Duration) {
 	if cur.ttl > 0 && !r.s.Legacy && r.top.ClassicHolds {
 		r.res.HoldDeclarations++ // the backend declares the hold queue before every hold
 	}
-	held := dec.Action == queuey.ActionRetry || dec.Action == queuey.ActionDefer
-	if held {
+	if dec.Action == queuey.ActionRetry || dec.Action == queuey.ActionDefer {
 		// Expected before the publish: a successor with no delay goes
 		// straight to the work queue and may be delivered during the call.
 		j.expect = append(j.expect, expectation{
@@ -299,34 +374,33 @@ func (r *runner) publishIssued(w *worker, a *simAction, issued time.Duration) {
 		})
 	}
 	r.cur, r.curSet = cur, true
-	rerouted, err := r.publishSuccessor(d.sub, q, dec, d.Body())
-	r.cur, r.curSet = settling{}, false
+}
+
+// afterPublish records the broker's answer to a successor's publish. A
+// backend that would have waited for its ladder to warm up asks for the
+// publish again once the wait is over on the virtual clock.
+func (r *runner) afterPublish(w *worker, a *simAction, rerouted string, err error) time.Duration {
+	d, dec := a.Msg, a.Decision
+	j := d.j
+	r.cur, r.curSet, r.refuse = settling{}, false, false
+	if d.gone {
+		return 0
+	}
+
+	held := dec.Action == queuey.ActionRetry || dec.Action == queuey.ActionDefer
 	if nr := (*notRipe)(nil); errors.As(err, &nr) {
-		// The backend would wait for its ladder to warm up: wait on the
-		// virtual clock, then publish again, unless the process died or
-		// its connection went meanwhile.
 		if held {
 			j.expect = j.expect[:len(j.expect)-1]
 		}
-		act, gen, sub := *a, w.gen, d.sub
-		r.clk.AfterFunc(nr.d, func() {
-			switch {
-			case w.gen != gen:
-			case w.sub != sub:
-				var buf [2]simAction
-				r.exec(w, w.core.Published(buf[:0], act.ID, errDisconnected))
-			default:
-				r.publishIssued(w, &act, issued)
-			}
-		})
-		return
+		return nr.d
 	}
+	d.publishing = false
 	switch {
 	case err != nil:
 		if held {
 			j.expect = j.expect[:len(j.expect)-1]
 		}
-		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: q.spec.Name, Worker: w.idx, Detail: settleFailure(err)})
+		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: w.q.spec.Name, Worker: w.idx, Detail: settleFailure(err)})
 	case rerouted != "":
 		// No hold could take it: the job was dead-lettered as it ran.
 		j.expect = j.expect[:len(j.expect)-1]
@@ -343,56 +417,44 @@ func (r *runner) publishIssued(w *worker, a *simAction, issued time.Duration) {
 			r.end1(j, "dead-lettered", dec.Reason)
 		}
 	}
-	var buf [2]simAction
-	r.exec(w, w.core.Published(buf[:0], a.ID, err))
+	return 0
 }
 
-// publishSuccessor is settle.PublishSuccessor, with the deliberate bug
-// Options.mutate asks for in tests.
-func (r *runner) publishSuccessor(sub *subscription, q *simQueue, dec settle.Decision, delivered []byte) (rerouted string, err error) {
-	switch m := r.opts.mutate; {
-	case m == mutEarly && dec.Delay > 0:
-		dec.Delay /= 4
-	case m == mutSpendAttempt && dec.Action == queuey.ActionDefer:
-		dec.Successor.Attempt++
-	case m == mutDeferPriority0 && dec.Action == queuey.ActionDefer:
-		dec.Successor.Priority = 0
-	case m == mutLoseRetry && dec.Action == queuey.ActionRetry:
-		return "", nil
-	case m == mutWrongReason && dec.Action == queuey.ActionDeadLetter:
-		dec.Reason = "a reason nobody decided"
-	}
-	return settle.PublishSuccessor(r.bg, sub.back, q.cfg, dec, delivered)
-}
-
-// publishMalformed dead-letters a body that is not an envelope, verbatim.
-func (r *runner) publishMalformed(w *worker, a *simAction) {
-	d := a.Msg
-	err := settle.PublishMalformed(r.bg, d.sub.back, w.q.cfg, d.Body())
+// afterMalformed records the dead-lettering of a body that is not an
+// envelope; the dead-letter queue may be too young yet (notRipe).
+func (r *runner) afterMalformed(w *worker, a *simAction, err error) time.Duration {
 	if nr := (*notRipe)(nil); errors.As(err, &nr) {
-		// The dead-letter queue is young: dead-letter it once it is warm.
-		act, gen := *a, w.gen
-		r.clk.AfterFunc(nr.d, func() {
-			if w.gen == gen {
-				r.publishMalformed(w, &act)
-			}
-		})
-		return
+		return nr.d
 	}
 	if err != nil {
 		r.emit(Event{Kind: EvSettleFailed, Queue: w.q.spec.Name, Worker: w.idx, Detail: "malformed: " + settleFailure(err)})
 	}
-	var buf [2]simAction
-	r.exec(w, w.core.Published(buf[:0], a.ID, err))
+	return 0
 }
 
-// ack acknowledges a settled delivery; the consumer must keep consuming
+// acked records an acknowledgement; the consumer must keep consuming
 // after a malformed body.
-func (r *runner) ack(w *worker, a *simAction) {
+func (r *runner) acked(w *worker, a *simAction, err error) {
 	d := a.Msg
 	sub := d.sub
+	if d.acked {
+		// The consumer's core must refuse it: on the broker, an unknown
+		// delivery tag closes the channel, and requeues every job on it.
+		r.emit(Event{Kind: EvSettleFailed, Job: d.n, Queue: w.q.spec.Name, Worker: w.idx, Detail: "second ack: " + settleFailure(err)})
+		return
+	}
+	if err == nil {
+		d.acked = true
+	}
+	if d.gone {
+		if err == nil {
+			r.violate(invConservation, nil, fmt.Sprintf("job %d: acknowledged on a connection that is gone", d.n))
+		}
+		r.emit(Event{Kind: EvSettleFailed, Job: d.n, Queue: w.q.spec.Name, Worker: w.idx, Detail: "its connection is gone: ack failed"})
+		return
+	}
 	if a.Malformed {
-		if err := d.Ack(); err == nil {
+		if err == nil && !r.opts.mutate.keepsDeliveries() {
 			r.recycle(d)
 		}
 		if w.sub != sub || sub.ch.IsClosed() {
@@ -401,15 +463,13 @@ func (r *runner) ack(w *worker, a *simAction) {
 		return
 	}
 	j := d.j
-	if a.Decision.Action == queuey.ActionAck {
-		r.checkDecision(j, d.env, d.out, a.Decision)
-	}
-	if err := d.Ack(); err != nil {
+
+	if err != nil {
 		r.emit(Event{Kind: EvSettleFailed, Job: j.n, Queue: w.q.spec.Name, Worker: w.idx, Detail: "ack: " + settleFailure(err)})
 		return
 	}
 	sub.release(j.n)
-	if r.opts.mutate != mutAckFirst { // there, the core publishes the successor after the ack
+	if !r.opts.mutate.keepsDeliveries() { // under those, the core may settle it again
 		r.recycle(d)
 	}
 	j.copies--
@@ -421,18 +481,14 @@ func (r *runner) ack(w *worker, a *simAction) {
 	r.retire(j)
 }
 
-// requeue returns a delivery whose settlement failed to its queue.
-func (r *runner) requeue(w *worker, a *simAction) {
+// requeued records the return of a delivery whose settlement failed.
+func (r *runner) requeued(a *simAction, err error) {
 	d := a.Msg
 	j := d.j // nil for a malformed body
-	// basic.reject with requeue counts toward a quorum queue's delivery
-	// limit on both profiles (as a return on 4.0, as a failed delivery on
-	// 4.3; a nack would not on 4.3). Counted before the call, in which the
-	// broker may dead-letter it.
-	if j != nil {
-		j.returns++
+	if d.gone {
+		return
 	}
-	if err := d.Requeue(); err != nil {
+	if err != nil {
 		if j != nil {
 			j.returns--
 		}
@@ -440,25 +496,83 @@ func (r *runner) requeue(w *worker, a *simAction) {
 	}
 	if j != nil {
 		d.sub.release(j.n)
-		r.emit(Event{Kind: EvRequeue, Job: j.n, Queue: w.q.spec.Name, Worker: w.idx})
+		r.emit(Event{Kind: EvRequeue, Job: j.n, Queue: d.w.q.spec.Name, Worker: d.w.idx})
 	}
 	r.recycle(d)
 }
 
+// procBackend is what a process's executor publishes through: the
+// process's current backend (it is made afresh on each reconnection), with
+// the deliberate bug Options.mutate asks for in tests.
+type procBackend struct {
+	r *runner
+	w *worker
+}
+
+func (b procBackend) Declare(ctx context.Context, queues ...queuey.QueueConfig) error {
+	return b.w.back.Declare(ctx, queues...)
+}
+
+// errRefused is the answer to a publish the invariants already flagged.
+var errRefused = errors.New("sim: refused: a successor of a delivery whose connection is gone")
+
+func (b procBackend) Publish(ctx context.Context, env queuey.Envelope, hold time.Duration, kind queuey.HoldKind) error {
+	if b.r.refuse {
+		return errRefused
+	}
+	switch m := b.r.opts.mutate; {
+	case m == mutEarly && hold > 0:
+		hold /= 4
+	case m == mutSpendAttempt && kind == queuey.HoldDeferred:
+		env.Attempt++
+	case m == mutDeferPriority0 && kind == queuey.HoldDeferred:
+		env.Priority = 0
+	case m == mutLoseRetry && kind == queuey.HoldRetry:
+		return nil
+	}
+	return b.w.back.Publish(ctx, env, hold, kind)
+}
+
+func (b procBackend) DeadLetter(ctx context.Context, queue string, body []byte, reason string, attempts int) error {
+	if b.r.refuse {
+		return errRefused
+	}
+	if b.r.opts.mutate == mutWrongReason && reason != queuey.ReasonMalformed {
+		reason = "a reason nobody decided"
+	}
+	return b.w.back.DeadLetter(ctx, queue, body, reason, attempts)
+}
+
+func (b procBackend) Consume(ctx context.Context, queue string, prefetch int) (queuey.Consumer, error) {
+	return b.w.back.Consume(ctx, queue, prefetch)
+}
+
+func (b procBackend) Close() error { return nil } // the process's backend is closed with its connection
+
 // simDelivery is a delivery in a worker's hands: it settles as the
 // backend's consumer does, and carries its handler run's state.
 type simDelivery struct {
-	cd  consume.Delivery // the backend's consumer core's delivery
-	r   *runner
-	w   *worker
-	sub *subscription
-	j   *job
-	n   uint64
-	env queuey.Envelope
-	out outcome
-	gen int           // the worker process's generation it was delivered in
-	id  workercore.ID // its name in the worker's core
-	run int           // the handler run it is, from 0
+	cd   consume.Delivery // the backend's consumer core's delivery
+	r    *runner
+	w    *worker
+	sub  *subscription
+	j    *job
+	n    uint64
+	env  queuey.Envelope
+	out  outcome
+	gen  int            // the worker process's generation it was delivered in
+	id   workercore.ID  // its name in the worker's core
+	qgen workercore.Gen // the connection it came on, in the core's numbering
+	run  int            // the handler run it is, from 0
+	// publishing is set while its successor's publish is under way, which
+	// the core issued at issued (it may wait for the ladder's warm-up).
+	publishing bool
+	issued     time.Duration
+	// gone: the core settled it after its connection went, which only a
+	// broken core does; the invariants have flagged it.
+	gone bool
+	// acked: acknowledged, which a broken core may ask for again.
+	acked bool
 }
 
 func (d *simDelivery) Body() []byte { return d.cd.D.Body }

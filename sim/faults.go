@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/redial"
 	"github.com/queuey/queuey/rabbitmq"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -40,10 +41,10 @@ func (r *runner) fault(f Fault) {
 		old := w.back
 		oldSub := w.sub
 		w.sub = nil
-		// The core learns its connection is gone: what waits to be
-		// requeued is dropped now, what runs when it reports.
-		var buf [4]simAction
-		r.exec(w, w.core.ConnectionLost(buf[:0], oldSub.gen))
+		// The core hears of it only as the process reconnects (startWorker),
+		// as Worker.Run's hears late from its consumers: a handler that
+		// returns meanwhile finds its delivery stale (internal/execute).
+		w.lost = append(w.lost, oldSub.gen)
 		// The process lives on and reconnects after Restart; its handlers
 		// still running finish and fail to settle. If one of them kills
 		// the process first, the crash's own restart replaces this one.
@@ -220,14 +221,13 @@ var (
 )
 
 // connectionLost is a worker process whose connection the broker closed:
-// its core drops what it cannot settle any more, and it waits to redial.
+// it waits to redial.
 func (r *runner) connectionLost(w *worker) {
 	<-w.rb.Done() // the backend learns of the close on its publisher's goroutine
 	w.up = false
 	sub := w.sub
 	w.sub = nil
-	var buf [4]simAction
-	r.exec(w, w.core.ConnectionLost(buf[:0], sub.gen))
+	w.lost = append(w.lost, sub.gen) // the core hears of it as the process reconnects
 	sub.dead = true
 	_ = w.back.Close()
 }
@@ -411,6 +411,9 @@ func settleFailure(err error) string {
 			s = s[:i]
 		}
 		return "refused: " + s
+	}
+	if errors.Is(err, consume.ErrSettled) {
+		return "already settled"
 	}
 	if errors.Is(err, rabbitmq.ErrReturned) {
 		return "returned: the queue does not exist"

@@ -16,6 +16,7 @@ const (
 	invHoldsBounded                          // 7
 	invDeadLetterReason                      // 8
 	invReconnectBackoff                      // 9
+	invChannelKept                           // 10
 )
 
 // invariants is the registry: each invariant's short name (Violation.Name)
@@ -30,4 +31,5 @@ var invariants = [...]struct{ name, checkedIn string }{
 	invHoldsBounded:     {"hold queues bounded", "check.go (each hold queue declared)"},
 	invDeadLetterReason: {"dead letters carry the right reason", "check.go (each dead letter), driver.go (malformed bodies)"},
 	invReconnectBackoff: {"reconnection keeps to its backoff", "faults.go (each dial)"},
+	invChannelKept:      {"the broker never closes a worker's channel", "driver.go (each settlement)"},
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/queuey/queuey/internal/backendhook"
 	"github.com/queuey/queuey/internal/consume"
+	"github.com/queuey/queuey/internal/execute"
 	"github.com/queuey/queuey/internal/redial"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
@@ -45,26 +46,33 @@ type Options struct {
 type mutation int
 
 const (
-	mutNone            mutation = iota
-	mutEarly                    // holds are published for a quarter of the decided delay
-	mutSpendAttempt             // a deferral's successor counts an attempt
-	mutDeferPriority0           // a deferral comes back at priority 0
-	mutLoseRetry                // a retry's successor is never published
-	mutWrongReason              // a dead letter is published with another reason
-	mutHoldBound                // the hold-queue bound is taken as 1
-	mutHoldExpires2TTL          // hold queues are declared with seed 000's x-expires, 2 × TTL
-	mutAckFirst                 // the worker core acknowledges before the successor is confirmed
-	mutSettleStale              // the worker core settles a delivery whose connection is gone
-	mutDialStorm                // a reconnecting process waits half of what its backoff asks
-	mutSettleTwice              // the consumer's core lets a second settlement reach the broker
-	mutIgnoreStale              // the consumer's core never calls a delivery stale
+	mutNone              mutation = iota
+	mutEarly                      // holds are published for a quarter of the decided delay
+	mutSpendAttempt               // a deferral's successor counts an attempt
+	mutDeferPriority0             // a deferral comes back at priority 0
+	mutLoseRetry                  // a retry's successor is never published
+	mutWrongReason                // a dead letter is published with another reason
+	mutHoldBound                  // the hold-queue bound is taken as 1
+	mutHoldExpires2TTL            // hold queues are declared with seed 000's x-expires, 2 × TTL
+	mutAckFirst                   // the worker core acknowledges before the successor is confirmed
+	mutSettleStale                // the worker core settles a delivery whose connection is gone
+	mutDialStorm                  // a reconnecting process waits half of what its backoff asks
+	mutAckTwice                   // the worker core asks for every acknowledgement twice
+	mutAckTwiceUnguarded          // mutAckTwice, and the consumer's core lets the second reach the broker
+	mutIgnoreStale                // the consumer's core never calls a delivery stale
 )
+
+// keepsDeliveries says that a delivery may be settled again after its
+// acknowledgement, so it must not be recycled then.
+func (m mutation) keepsDeliveries() bool {
+	return m == mutAckFirst || m == mutAckTwice || m == mutAckTwiceUnguarded
+}
 
 // consumeMutation is the consumer core's deliberate bug for m, if it is
 // one.
 func (m mutation) consumeMutation() consume.Mutation {
 	switch m {
-	case mutSettleTwice:
+	case mutAckTwiceUnguarded:
 		return consume.MutSettleTwice
 	case mutIgnoreStale:
 		return consume.MutIgnoreStale
@@ -79,6 +87,8 @@ func (m mutation) coreMutation() workercore.Mutation {
 		return workercore.MutAckFirst
 	case mutSettleStale:
 		return workercore.MutSettleStale
+	case mutAckTwice, mutAckTwiceUnguarded:
+		return workercore.MutAckTwice
 	}
 	return workercore.MutNone
 }
@@ -227,6 +237,7 @@ type oracle struct {
 	// observer can attribute what the broker reports during the call.
 	cur    settling
 	curSet bool // cur describes a settlement in progress
+	refuse bool // the settlement in progress is refused (procBackend)
 	// relaying says that a relay publish is in progress, for relayJob
 	// (nil for a message that is not a job of the run).
 	relaying bool
@@ -280,7 +291,9 @@ type worker struct {
 	// core is the process's worker core: made when the process starts,
 	// kept across its reconnections, gone when it dies.
 	core    *settle.Core[*simDelivery]
-	connGen workercore.Gen // connections so far: the core's generation of the current one
+	x       *execute.Executor[*simDelivery] // carries out core's actions
+	lost    []workercore.Gen                // connections lost that the core has yet to hear of
+	connGen workercore.Gen                  // connections so far: the core's generation of the current one
 	// dial is the process's reconnection loop (internal/redial, the code
 	// rabbitmq.Connect runs), made when it reconnects; nil before.
 	dial      *redial.Core
@@ -324,6 +337,8 @@ type subscription struct {
 	dead    bool           // its process crashed: its handlers vanished
 	gen     workercore.Gen
 	relay   bool // a subscription to the relay queue: its deliveries are relayed, not run
+	// closedByBroker: invariant 10 fired for it
+	closedByBroker bool
 }
 
 // attach makes core the subscription's, broken as mut says (tests only).

@@ -310,6 +310,9 @@ func TestChecksHaveTeeth(t *testing.T) {
 		// The worker core's own settlement, as Worker.Run runs it.
 		{"the core acks before the successor is confirmed", mutAckFirst, 5},
 		{"the core settles a pre-drop delivery on the new connection", mutSettleStale, 5},
+		// The consumer's core, as rabbitmq.Backend.Consume runs it.
+		{"a second acknowledgement reaches the broker", mutAckTwiceUnguarded, 10},
+		{"a delivery whose channel closed is not stale", mutIgnoreStale, 5},
 		// The reconnection loop's shell, as rabbitmq.Connect's supervisor
 		// runs it.
 		{"a process redials before its backoff is over", mutDialStorm, 9},
@@ -338,6 +341,21 @@ func TestChecksHaveTeeth(t *testing.T) {
 			}
 			t.Fatalf("invariant %d did not fire; got %d violations: %v", c.inv, res.ViolationCount, res.Violations)
 		})
+	}
+}
+
+// The consumer's core refuses a second settlement: with a worker core that
+// asks for every acknowledgement twice, no invariant fires, and each
+// second acknowledgement is refused before it reaches the broker. Let
+// through, it fails invariant 10 (TestChecksHaveTeeth).
+func TestSettleOnceGuardHoldsUnderABrokenCore(t *testing.T) {
+	res, trace := run(t, mixed("classic", "RabbitMQ40"), Options{mutate: mutAckTwice})
+	requireNoViolations(t, res)
+	if n := strings.Count(trace, "second ack: already settled"); n < 100 {
+		t.Fatalf("%d second acknowledgements refused by the consumer's core, want every one of the run's", n)
+	}
+	if strings.Contains(trace, "second ack: the connection is gone") {
+		t.Fatal("a second acknowledgement reached the broker")
 	}
 }
 

@@ -14,6 +14,7 @@
 package consume
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -136,6 +137,10 @@ func (s *Sub) Take(d *Delivery, gen uint64) {
 	d.done.Store(false)
 }
 
+// ErrSettled is the error of a second settlement of one delivery, which
+// never reaches the broker.
+var ErrSettled = errors.New("already settled")
+
 // Delivery is a message a subscription received. The zero value is not
 // usable: Sub.Take makes one.
 type Delivery struct {
@@ -185,7 +190,7 @@ func (d *Delivery) settle(op string, send func() error) error {
 		// A second settlement would close the channel with 406
 		// PRECONDITION_FAILED (unknown delivery tag, docs/rabbitmq-semantics.md
 		// §E6): refuse it here.
-		return fmt.Errorf("rabbitmq: %s delivery %d on queue %q: already settled", op, d.D.DeliveryTag, d.sub.queue)
+		return fmt.Errorf("rabbitmq: %s delivery %d on queue %q: %w", op, d.D.DeliveryTag, d.sub.queue, ErrSettled)
 	}
 	if err := send(); err != nil {
 		return fmt.Errorf("rabbitmq: %s delivery %d on queue %q: %w", op, d.D.DeliveryTag, d.sub.queue, err)

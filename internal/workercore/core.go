@@ -155,6 +155,9 @@ const (
 	// MutSettleStale settles a delivery whose connection is gone as if it
 	// were not.
 	MutSettleStale
+	// MutAckTwice asks for every acknowledgement twice, which the
+	// consumer's settle-once guard must refuse (internal/consume).
+	MutAckTwice
 )
 
 type phase int
@@ -325,6 +328,9 @@ func (c *Core[M, J, D]) decided(acts []Action[M, J, D], e *entry[M, J, D], dec D
 		// with no copy kept in e.
 		acts, a := c.emit(acts, Ack, e)
 		a.Decision, a.Decided = dec, true
+		if c.cfg.Mutate == MutAckTwice {
+			acts = append(acts, *a)
+		}
 		c.settled(e)
 		return c.maybeDone(acts)
 	}
@@ -355,7 +361,10 @@ func (c *Core[M, J, D]) Published(acts []Action[M, J, D], id ID, err error) []Ac
 		c.settled(e) // MutAckFirst: whatever the publish did, it is gone
 		return c.maybeDone(acts)
 	case err == nil:
-		acts, _ = c.emit(acts, Ack, e)
+		acts, a := c.emit(acts, Ack, e)
+		if c.cfg.Mutate == MutAckTwice {
+			acts = append(acts, *a)
+		}
 		c.settled(e)
 		return c.maybeDone(acts)
 	case c.stopping:

@@ -1,0 +1,137 @@
+package execute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/queuey/queuey/internal/settle"
+	"github.com/queuey/queuey/internal/workercore"
+	"github.com/queuey/queuey/queuey/contract"
+	"github.com/queuey/queuey/queuey/envelope"
+)
+
+// msg is a delivery that records its settlements.
+type msg struct {
+	body  []byte
+	stale bool
+	log   *[]string
+}
+
+func (m *msg) Body() []byte   { return m.body }
+func (m *msg) Ack() error     { *m.log = append(*m.log, "ack"); return nil }
+func (m *msg) Requeue() error { *m.log = append(*m.log, "requeue"); return nil }
+func (m *msg) Stale() bool    { return m.stale }
+
+// shell runs handlers when the test says, and timers when the test fires
+// them.
+type shell struct {
+	log     []string
+	running []Action[*msg]
+	timers  []func()
+	again   time.Duration // After's answer to the next publish
+}
+
+func (s *shell) RunHandler(a *Action[*msg]) { s.running = append(s.running, *a) }
+func (s *shell) AfterFunc(_ time.Duration, f func()) func() bool {
+	s.timers = append(s.timers, f)
+	return func() bool { return true }
+}
+func (s *shell) Before(a *Action[*msg]) { s.log = append(s.log, "before "+a.Kind.String()) }
+func (s *shell) After(a *Action[*msg], _ string, err error) time.Duration {
+	s.log = append(s.log, fmt.Sprintf("after %s: %v", a.Kind, err))
+	if a.Kind == workercore.Publish && s.again > 0 {
+		again := s.again
+		s.again = 0
+		return again
+	}
+	return 0
+}
+
+// backend confirms every publish, or fails it with err.
+type backend struct {
+	contract.Backend
+	published int
+	err       error
+}
+
+func (b *backend) Publish(context.Context, envelope.Envelope, time.Duration, contract.HoldKind) error {
+	b.published++
+	return b.err
+}
+
+func setup(t *testing.T) (*Executor[*msg], *shell, *backend, *msg) {
+	t.Helper()
+	q := contract.QueueConfig{Name: "jobs"}.WithDefaults()
+	core := settle.New[*msg]([]contract.QueueConfig{q}, workercore.Config{RequeueDelay: time.Second})
+	core.ConnectionUp(1)
+	sh, be := &shell{}, &backend{}
+	x := New[*msg](context.Background(), core, sh, be, []contract.QueueConfig{q})
+	body, err := envelope.Envelope{ID: "j1", Kind: "k", Queue: "jobs", Attempt: 1, EnqueuedAt: time.Unix(1, 0), Payload: []byte("null")}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &msg{body: body, log: &sh.log}
+	x.Deliver(0, 1, m)
+	if len(sh.running) != 1 {
+		t.Fatalf("%d handlers running, want 1", len(sh.running))
+	}
+	return x, sh, be, m
+}
+
+func requireLog(t *testing.T, sh *shell, want ...string) {
+	t.Helper()
+	if !slices.Equal(sh.log, want) {
+		t.Fatalf("log:\n %q\nwant\n %q", sh.log, want)
+	}
+}
+
+func TestARetryIsAcknowledgedAfterItsSuccessorIsConfirmed(t *testing.T) {
+	x, sh, be, _ := setup(t)
+	x.HandlerDone(&sh.running[0], errors.New("boom"), 0.5)
+	requireLog(t, sh, "before publish", "after publish: <nil>", "before ack", "ack", "after ack: <nil>")
+	if be.published != 1 {
+		t.Fatalf("%d publishes", be.published)
+	}
+}
+
+func TestAStaleDeliveryPublishesNothing(t *testing.T) {
+	x, sh, be, m := setup(t)
+	m.stale = true
+	x.HandlerDone(&sh.running[0], errors.New("boom"), 0.5)
+	requireLog(t, sh, "before drop")
+	if be.published != 0 {
+		t.Fatalf("published a successor of a stale delivery")
+	}
+}
+
+func TestAFailedPublishRequeuesAfterTheDelay(t *testing.T) {
+	x, sh, be, _ := setup(t)
+	be.err = errors.New("nack")
+	x.HandlerDone(&sh.running[0], errors.New("boom"), 0.5)
+	requireLog(t, sh, "before publish", "after publish: nack", "before start-timer")
+	sh.timers[0]()
+	requireLog(t, sh, "before publish", "after publish: nack", "before start-timer", "before requeue", "requeue", "after requeue: <nil>")
+}
+
+func TestAPublishAskedAgainIsRetriedUnlessItWentStale(t *testing.T) {
+	x, sh, be, m := setup(t)
+	sh.again = time.Second
+	x.HandlerDone(&sh.running[0], errors.New("boom"), 0.5)
+	sh.timers[0]() // published again, confirmed, acknowledged
+	if be.published != 2 || sh.log[len(sh.log)-2] != "ack" {
+		t.Fatalf("%d publishes; log %q", be.published, sh.log)
+	}
+
+	x, sh, be, m = setup(t)
+	sh.again = time.Second
+	x.HandlerDone(&sh.running[0], errors.New("boom"), 0.5)
+	m.stale = true
+	sh.timers[0]() // the core hears ErrStale: the job waits to be requeued
+	if be.published != 1 || sh.log[len(sh.log)-1] != "before start-timer" {
+		t.Fatalf("%d publishes; log %q", be.published, sh.log)
+	}
+}
