@@ -321,7 +321,7 @@ func TestBackendStateMachineChecksBite(t *testing.T) {
 					w := m.workers[0]
 					m.lateSettle(t, w, w.stale[0], retry, 0, 0.5)
 				}},
-			"worker 0's core settled job j1 (retry) after its connection went: [publish]"},
+			"worker 0's core settled job j1 (retry) after its connection went: [publish start-timer]"},
 		{"a hold purged behind the model's back", sabNone,
 			[]func(rapid.TB, *machine){enqueue, readAll, settleWith(deferral, time.Second), func(t rapid.TB, m *machine) {
 				if _, err := m.admin.QueuePurge("jobs.deferred.1000", false); err != nil {

@@ -14,6 +14,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"pgregory.net/rapid"
 
+	"github.com/queuey/queuey/internal/backendhook"
+	"github.com/queuey/queuey/internal/consume"
+	"github.com/queuey/queuey/internal/execute"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/membroker"
@@ -118,27 +121,29 @@ type job struct {
 	dispatchRe  bool          // stDispatched: the Redelivered flag the broker reported
 	delivery    amqp.Delivery // stInHand
 	env         queuey.Envelope
-	core        workercore.ID // stInHand: its name in its worker's core
-	ran         bool          // stInHand: its handler has returned; the core is settling it
-	confirmed   bool          // stInHand: its successor's publish was confirmed
-	deadReason  string        // stDead: the reason its dead letter must carry
-	deadByLimit bool          // stDead: the broker dead-lettered it for delivery_limit
+	act         settle.Action[*delivery] // stInHand: the core's RunHandler for it
+	ran         bool                     // stInHand: its handler has returned; the core is settling it
+	confirmed   bool                     // stInHand: its successor's publish was confirmed
+	deadReason  string                   // stDead: the reason its dead letter must carry
+	deadByLimit bool                     // stDead: the broker dead-lettered it for delivery_limit
 }
 
-// worker is one worker process: a connection with a backend for
-// settlements and a raw consumer channel, as sim sets workers up, and the
-// worker core that settles what it reads: the product's, which
-// queuey.Worker.Run drives too.
+// worker is one worker process: a connection with a backend, the
+// backend's subscription (its consumer core, stepped), and the worker core
+// that settles what it reads with the executor that carries out the
+// core's actions: the product's, which queuey.Worker.Run drives too.
 type worker struct {
 	idx    int
 	up     bool
 	starts int
-	core   *settle.Core[*delivery] // made when the process starts; gone when it crashes
-	gen    workercore.Gen          // its connection's generation in the core
+	core   *settle.Core[*delivery]      // made when the process starts; gone when it crashes
+	x      *execute.Executor[*delivery] // carries out core's actions
+	gen    workercore.Gen               // its connection's generation in the core
 	conn   *membroker.Connection
 	back   *rabbitmq.Backend
-	ch     *membroker.Channel
-	in     <-chan amqp.Delivery
+	sub    *consume.Sub         // the backend's subscription
+	ch     *membroker.Channel   // sub's channel
+	in     <-chan amqp.Delivery // sub's deliveries
 	tag    string
 	unread []*job // dispatched to it and not yet read, in the order the broker handed them over
 	// stale are the deliveries whose handlers still run after the broker
@@ -149,14 +154,16 @@ type worker struct {
 
 // staleDelivery is a delivery a worker read before its connection went.
 type staleDelivery struct {
-	j  *job
-	id workercore.ID
+	j   *job
+	act settle.Action[*delivery]
 }
 
-// delivery is what a worker's core settles: a delivery off its channel.
-type delivery struct{ d amqp.Delivery }
-
-func (d *delivery) Body() []byte { return d.d.Body }
+// delivery is what a worker's core settles: the backend's consumer core's
+// delivery, and the job the model says it is.
+type delivery struct {
+	consume.Delivery
+	j *job
+}
 
 // machine is the system under test and its model.
 type machine struct {
@@ -184,6 +191,20 @@ type machine struct {
 
 	problems []string
 	sabotage sabotage // tests only: break the settlement path on purpose
+
+	// t and settling are the step under way, for the executor's shell
+	// (settler): the test, and the handler outcome being settled.
+	t        rapid.TB
+	settling settlingStep
+	carried  []string // the kinds of the actions carried out in this step
+}
+
+// settlingStep is a handler outcome being settled.
+type settlingStep struct {
+	o     outcome
+	delay time.Duration
+	saved job  // the job before its publish: a refused one goes back to it
+	fail  bool // the publish is refused (requeue, or a gone connection)
 }
 
 func newMachine(t rapid.TB, cfg machineConfig) *machine {
@@ -283,21 +304,19 @@ func (m *machine) start(t rapid.TB, w *worker) {
 	if err := w.back.Declare(ctx, m.qcfg); err != nil {
 		t.Fatalf("worker %d declare: %v", w.idx, err)
 	}
-	if w.ch, err = w.conn.Channel(); err != nil {
-		t.Fatalf("worker %d channel: %v", w.idx, err)
-	}
-	if err := w.ch.Qos(m.cfg.Prefetch, 0, false); err != nil {
-		t.Fatalf("worker %d qos: %v", w.idx, err)
-	}
 	w.starts++
 	w.gen = workercore.Gen(w.starts)
 	w.core.ConnectionUp(w.gen)
 	w.tag = fmt.Sprintf("w%d.%d", w.idx, w.starts)
-	m.byTag[w.tag] = w // before Consume, which may deliver at once
+	m.byTag[w.tag] = w // before subscribing, which may deliver at once
 	w.up = true
-	if w.in, err = w.ch.Consume(workQueue, w.tag, false, false, false, false, nil); err != nil {
+	// The subscription Backend.Consume makes, without its goroutine.
+	if w.sub, _, err = backendhook.Subscribe(w.back, ctx, workQueue, w.tag, m.cfg.Prefetch); err != nil {
 		t.Fatalf("worker %d consume: %v", w.idx, err)
 	}
+	var ch consume.Channel
+	ch, _, w.in, _ = w.sub.Current()
+	w.ch = ch.(*membroker.Channel)
 }
 
 // newCore starts w's process: a worker core, with the machine's sabotage
@@ -311,6 +330,7 @@ func (m *machine) newCore(w *worker) {
 		mut = workercore.MutSettleStale
 	}
 	w.core = settle.New[*delivery]([]queuey.QueueConfig{m.qcfg}, workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay, Mutate: mut})
+	w.x = execute.New[*delivery](ctx, w.core, settler{m, w}, machineBackend{m, w}, []queuey.QueueConfig{m.qcfg})
 }
 
 // setSabotage breaks the settlement path, before anything is delivered.
@@ -656,21 +676,13 @@ func (m *machine) read(j *job, d amqp.Delivery) {
 	}
 	j.state, j.delivery, j.env, j.ran, j.confirmed = stInHand, d, env, false, false
 	w := j.worker
-	acts := w.core.Deliver(nil, 0, w.gen, &delivery{d})
-	if len(acts) != 1 || acts[0].Kind != workercore.RunHandler {
-		m.problem("worker %d's core took job %s with %v, want one run-handler", w.idx, j.id, kinds(acts))
-		return
+	dl := &delivery{Delivery: consume.Delivery{D: d}, j: j}
+	w.sub.Take(&dl.Delivery, 1)
+	m.carried = m.carried[:0]
+	w.x.Deliver(0, w.gen, dl)
+	if len(m.carried) != 1 || m.carried[0] != "run-handler" {
+		m.problem("worker %d's core took job %s with %v, want one run-handler", w.idx, j.id, m.carried)
 	}
-	j.core = acts[0].ID
-}
-
-// kinds lists actions' kinds, for messages.
-func kinds(acts []settle.Action[*delivery]) []string {
-	var out []string
-	for _, a := range acts {
-		out = append(out, a.Kind.String())
-	}
-	return out
 }
 
 // outcome is what a handler does with a job in hand.
@@ -707,11 +719,12 @@ func result(o outcome, delay time.Duration) error {
 }
 
 // settle has the handler of j, in its worker's hand, return outcome o,
-// and carries out what the worker's core decides: acknowledge a success;
-// publish the successor (retry, defer, fatal) and acknowledge once it is
-// confirmed; or, when the publish is refused (requeue, or a squatted hold
-// queue), return the job to its queue after RequeueDelay. delay is the
-// deferral's Retry-After and u the retry jitter's draw.
+// and has the worker's executor carry out what its core decides:
+// acknowledge a success; publish the successor (retry, defer, fatal) and
+// acknowledge once it is confirmed; or, when the publish is refused
+// (requeue, or a squatted hold queue), return the job to its queue after
+// RequeueDelay. delay is the deferral's Retry-After and u the retry
+// jitter's draw.
 func (m *machine) settle(t rapid.TB, j *job, o outcome, delay time.Duration, u float64) {
 	t.Helper()
 	w := j.worker
@@ -719,66 +732,91 @@ func (m *machine) settle(t rapid.TB, j *job, o outcome, delay time.Duration, u f
 		t.Fatalf("settle: job %s is %s (its handler returned: %t)", j.id, j.state, j.ran)
 	}
 	j.ran = true
-	m.exec(t, w, j, o, delay, w.core.HandlerDone(nil, j.core, result(o, delay), u))
-}
-
-// exec carries out w's core's actions for j, whose handler returned o.
-func (m *machine) exec(t rapid.TB, w *worker, j *job, o outcome, delay time.Duration, acts []settle.Action[*delivery]) {
-	t.Helper()
-	for _, a := range acts {
-		switch a.Kind {
-		case workercore.Publish:
-			m.publish(t, w, j, o, delay, a)
-		case workercore.Ack:
-			if a.Decision.Action != queuey.ActionAck && !j.confirmed {
-				m.problem("worker %d acknowledged job %s before its %s successor was confirmed", w.idx, j.id, a.Decision.Action)
-			}
-			if a.Decision.Action == queuey.ActionAck {
-				j.state, j.worker = stDone, nil
-			}
-			if err := a.Msg.d.Ack(false); err != nil {
-				t.Fatalf("ack job %s: %v", j.id, err)
-			}
-		case workercore.StartTimer:
-			core, id := w.core, a.ID
-			m.clk.AfterFunc(a.Delay, func() {
-				if w.core == core { // the process lives
-					m.requeued(w, j, core.TimerFired(nil, id))
-				}
-			})
-		default:
-			m.problem("worker %d's core answered job %s's %s with %s", w.idx, j.id, o, a.Kind)
+	m.t, m.settling, m.carried = t, settlingStep{o: o, delay: delay}, m.carried[:0]
+	act := j.act
+	w.x.HandlerDone(&act, result(o, delay), u)
+	m.t = nil
+	for _, k := range m.carried {
+		if k != "publish" && k != "ack" && k != "start-timer" {
+			m.problem("worker %d's core answered job %s's %s with %s", w.idx, j.id, o, k)
 		}
 	}
 }
 
-// requeued carries out the core's answer to a requeue timer: j goes back
-// to its queue.
-func (m *machine) requeued(w *worker, j *job, acts []settle.Action[*delivery]) {
-	for _, a := range acts {
-		if a.Kind != workercore.Requeue {
-			m.problem("worker %d's core answered job %s's requeue timer with %s", w.idx, j.id, a.Kind)
-			continue
+// settler is a worker process as its executor's shell: handlers run when
+// the test settles them, timers on the virtual clock, and every step is
+// checked against the model.
+type settler struct {
+	m *machine
+	w *worker
+}
+
+var _ execute.Shell[*delivery] = settler{}
+
+func (s settler) RunHandler(a *settle.Action[*delivery]) {
+	s.m.carried = append(s.m.carried, a.Kind.String())
+	a.Msg.j.act = *a
+}
+
+// AfterFunc waits on the virtual clock; a process that crashed took its
+// timers with it.
+func (s settler) AfterFunc(d time.Duration, f func()) func() bool {
+	w, core := s.w, s.w.core
+	stopped := false
+	s.m.clk.AfterFunc(d, func() {
+		if !stopped && w.core == core {
+			f()
 		}
+	})
+	return func() bool { was := !stopped; stopped = true; return was }
+}
+
+func (s settler) Before(a *settle.Action[*delivery]) {
+	m, w, j := s.m, s.w, a.Msg.j
+	m.carried = append(m.carried, a.Kind.String())
+	switch a.Kind {
+	case workercore.Publish:
+		m.beforePublish(w, j, a)
+	case workercore.Ack:
+		if a.Decision.Action != queuey.ActionAck && !j.confirmed {
+			m.problem("worker %d acknowledged job %s before its %s successor was confirmed", w.idx, j.id, a.Decision.Action)
+		}
+		if a.Decision.Action == queuey.ActionAck {
+			j.state, j.worker = stDone, nil
+		}
+	case workercore.Requeue:
 		// Bring the broker up to now first: a hold due at this instant is
 		// released (and may be delivered) before the reject, which the
 		// model must not yet count as queued.
 		m.broker.Queue(workQueue)
 		m.giveBack(j)
-		if err := a.Msg.d.Reject(true); err != nil {
+	}
+}
+
+func (s settler) After(a *settle.Action[*delivery], rerouted string, err error) time.Duration {
+	m, j := s.m, a.Msg.j
+	switch a.Kind {
+	case workercore.Publish:
+		m.afterPublish(j, rerouted, err)
+	case workercore.Ack:
+		if err != nil {
+			m.problem("ack job %s: %v", j.id, err)
+		}
+	case workercore.Requeue:
+		if err != nil {
 			m.problem("reject job %s: %v", j.id, err)
 		}
 		m.gaveBack(j)
 	}
+	return 0
 }
 
-// publish checks the successor the core decided for j against the model,
-// publishes it as the worker does, and reports the broker's answer to the
-// core.
-func (m *machine) publish(t rapid.TB, w *worker, j *job, o outcome, delay time.Duration, a settle.Action[*delivery]) {
-	t.Helper()
+// beforePublish checks the successor the core decided for j against the
+// model, and moves the model to where the publish must take the job.
+func (m *machine) beforePublish(w *worker, j *job, a *settle.Action[*delivery]) {
+	t, o, delay := m.t, m.settling.o, m.settling.delay
 	dec := a.Decision
-	saved := *j
+	m.settling.saved, m.settling.fail = *j, false
 	switch o {
 	case retry, requeue:
 		policy := m.qcfg.Retry
@@ -818,39 +856,72 @@ func (m *machine) publish(t rapid.TB, w *worker, j *job, o outcome, delay time.D
 	default:
 		t.Fatalf("job %s succeeded, and the core publishes a %s successor", j.id, dec.Action)
 	}
-	var err error
 	switch {
 	case o == requeue:
-		err = errRefusedByTest
-		m.cur = nil
-		*j = saved // it stays in hand, unacknowledged, until the core requeues it
+		m.settling.fail = true // the test refuses it (machineBackend)
 	case a.Gen != w.gen || !w.up:
 		// Never on the product's path: the core drops the outcome of a
 		// delivery whose connection went.
 		m.problem("worker %d published job %s's %s successor for a delivery of a connection that is gone", w.idx, j.id, o)
-		m.cur = nil
-		*j = saved
-		return
-	default:
-		var rerouted string
-		rerouted, err = settle.PublishSuccessor(ctx, m.settlement(w), m.qcfg, dec, a.Msg.Body())
-		if rerouted != "" {
-			// The model asks for no hold longer than MaxHoldTTL and no job
-			// near the size limit.
-			t.Fatalf("job %s's %s successor was dead-lettered instead (%s)", j.id, o, rerouted)
-		}
-		if m.squat[j.dest] {
-			// The hold is refused: the job stays in hand, unacknowledged,
-			// until the core requeues it.
-			m.refused(t, j, "the "+o.String()+" successor", err)
-			*j = saved
-		} else {
-			m.published(t, j, "the "+o.String()+" successor", err)
-			j.confirmed = true
-		}
+		m.settling.fail = true
 	}
-	m.exec(t, w, j, o, delay, w.core.Published(nil, a.ID, err))
 }
+
+// afterPublish checks the broker's answer against the model.
+func (m *machine) afterPublish(j *job, rerouted string, err error) {
+	t, o := m.t, m.settling.o
+	what := "the " + o.String() + " successor"
+	switch {
+	case m.settling.fail:
+		m.cur = nil
+		*j = m.settling.saved // it stays in hand, unacknowledged, until the core requeues it
+	case rerouted != "":
+		// The model asks for no hold longer than MaxHoldTTL and no job
+		// near the size limit.
+		t.Fatalf("job %s's %s successor was dead-lettered instead (%s)", j.id, o, rerouted)
+	case m.squat[j.dest]:
+		// The hold is refused: the job stays in hand, unacknowledged,
+		// until the core requeues it.
+		m.refused(t, j, what, err)
+		*j = m.settling.saved
+	default:
+		m.published(t, j, what, err)
+		j.confirmed = true
+	}
+}
+
+// machineBackend is what a worker's executor publishes through: its
+// backend, with the machine's sabotage, refusing what the step refuses.
+type machineBackend struct {
+	m *machine
+	w *worker
+}
+
+func (b machineBackend) backend() queuey.Backend { return b.m.settlement(b.w) }
+
+func (b machineBackend) Declare(ctx context.Context, queues ...queuey.QueueConfig) error {
+	return b.backend().Declare(ctx, queues...)
+}
+
+func (b machineBackend) Publish(ctx context.Context, env queuey.Envelope, hold time.Duration, kind queuey.HoldKind) error {
+	if b.m.settling.fail {
+		return errRefusedByTest
+	}
+	return b.backend().Publish(ctx, env, hold, kind)
+}
+
+func (b machineBackend) DeadLetter(ctx context.Context, queue string, body []byte, reason string, attempts int) error {
+	if b.m.settling.fail {
+		return errRefusedByTest
+	}
+	return b.backend().DeadLetter(ctx, queue, body, reason, attempts)
+}
+
+func (b machineBackend) Consume(ctx context.Context, queue string, prefetch int) (queuey.Consumer, error) {
+	return b.backend().Consume(ctx, queue, prefetch)
+}
+
+func (b machineBackend) Close() error { return nil }
 
 // giveBack notes that j's message is returning to the work queue (a
 // reject, or its worker's connection going): on a quorum queue, past the
@@ -891,7 +962,7 @@ func (m *machine) crash(t rapid.TB, w *worker) {
 		}
 	}
 	w.up, w.unread, w.stale = false, nil, nil
-	w.core = nil // the process died, its core with it
+	w.core, w.x = nil, nil // the process died, its core with it
 	m.broker.CloseConnection(w.conn, nil)
 	_ = w.back.Close() // its channels are gone already
 	w.back = nil
@@ -920,16 +991,20 @@ func (m *machine) loseConnection(w *worker) []*job {
 	for _, j := range m.all {
 		if j.worker == w && (j.state == stDispatched || j.state == stInHand) {
 			if j.state == stInHand && !j.ran {
-				w.stale = append(w.stale, staleDelivery{j: j, id: j.core})
+				w.stale = append(w.stale, staleDelivery{j: j, act: j.act})
 			}
 			back = append(back, j)
 			m.giveBack(j)
 		}
 	}
 	w.up, w.unread = false, nil
-	for _, a := range w.core.ConnectionLost(nil, w.gen) {
-		if a.Kind != workercore.Drop && a.Kind != workercore.StopTimer {
-			m.problem("worker %d's core answered the loss of its connection with %s", w.idx, a.Kind)
+	m.carried = m.carried[:0]
+	w.x.Step(func(c *settle.Core[*delivery], acts []settle.Action[*delivery]) []settle.Action[*delivery] {
+		return c.ConnectionLost(acts, w.gen)
+	})
+	for _, k := range m.carried {
+		if k != "drop" {
+			m.problem("worker %d's core answered the loss of its connection with %s", w.idx, k)
 		}
 	}
 	return back
@@ -940,11 +1015,14 @@ func (m *machine) loseConnection(w *worker) []*job {
 // drop the outcome, publishing and settling nothing.
 func (m *machine) lateSettle(t rapid.TB, w *worker, s staleDelivery, o outcome, delay time.Duration, u float64) {
 	t.Helper()
-	acts := w.core.HandlerDone(nil, s.id, result(o, delay), u)
-	if len(acts) != 1 || acts[0].Kind != workercore.Drop {
-		m.problem("worker %d's core settled job %s (%s) after its connection went: %v", w.idx, s.j.id, o, kinds(acts))
+	m.t, m.settling, m.carried = t, settlingStep{o: o, delay: delay}, m.carried[:0]
+	act := s.act
+	w.x.HandlerDone(&act, result(o, delay), u)
+	m.t = nil
+	if len(m.carried) != 1 || m.carried[0] != "drop" {
+		m.problem("worker %d's core settled job %s (%s) after its connection went: %v", w.idx, s.j.id, o, m.carried)
 	}
-	w.stale = slices.DeleteFunc(w.stale, func(x staleDelivery) bool { return x.id == s.id })
+	w.stale = slices.DeleteFunc(w.stale, func(x staleDelivery) bool { return x.act.ID == s.act.ID })
 }
 
 // restartBroker restarts the broker: every connection goes, what was

@@ -177,6 +177,9 @@ func (r *runner) classifyName(name string) queueRole {
 // observe is membroker's Observer: it runs under the broker's lock, on the
 // simulation's goroutine, and must not call the broker.
 func (r *runner) observe(ev membroker.Event) {
+	if r.closed {
+		return // the run is over: closing its backends returns what workers hold
+	}
 	qr := r.classify(ev.Queue)
 	q := qr.q
 	switch ev.Kind {

@@ -238,6 +238,7 @@ type oracle struct {
 	cur    settling
 	curSet bool // cur describes a settlement in progress
 	refuse bool // the settlement in progress is refused (procBackend)
+	closed bool // the run is over (close)
 	// relaying says that a relay publish is in progress, for relayJob
 	// (nil for a message that is not a job of the run).
 	relaying bool
@@ -682,6 +683,7 @@ func jobNumber(id string) uint64 {
 }
 
 func (r *runner) close() {
+	r.closed = true
 	r.rec.stop()
 	for _, q := range r.queues {
 		for _, w := range q.workers {
