@@ -762,13 +762,7 @@ func (s settler) RunHandler(a *settle.Action[*delivery]) {
 // timers with it.
 func (s settler) AfterFunc(d time.Duration, f func()) func() bool {
 	w, core := s.w, s.w.core
-	stopped := false
-	s.m.clk.AfterFunc(d, func() {
-		if !stopped && w.core == core {
-			f()
-		}
-	})
-	return func() bool { was := !stopped; stopped = true; return was }
+	return s.m.clk.Stoppable(d, func() bool { return w.core == core }, f)
 }
 
 func (s settler) Before(a *settle.Action[*delivery]) {

@@ -193,10 +193,28 @@ func (c *Clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 func (c *Clock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 
 // AfterFunc implements clock.Clock. It returns nil: simulation timers
-// cannot be stopped.
+// cannot be stopped (see Stoppable).
 func (c *Clock) AfterFunc(d time.Duration, f func()) *clock.Timer {
 	c.schedule(d, f)
 	return nil
+}
+
+// Stoppable calls f after d unless stop is called first, or live says
+// no when the time comes (a process that died took its timers with it).
+// stop reports whether it stopped the call, as time.Timer.Stop does.
+func (c *Clock) Stoppable(d time.Duration, live func() bool, f func()) (stop func() bool) {
+	stopped, fired := false, false
+	c.schedule(d, func() {
+		if !stopped && live() {
+			fired = true
+			f()
+		}
+	})
+	return func() bool {
+		was := !stopped && !fired
+		stopped = true
+		return was
+	}
 }
 
 // After implements clock.Clock: the channel receives the virtual time at

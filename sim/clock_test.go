@@ -199,3 +199,23 @@ func TestMembrokerOnTheSimClock(t *testing.T) {
 		t.Fatalf("a second run differs:\n%s", diff)
 	}
 }
+
+func TestStoppableTimers(t *testing.T) {
+	c := NewClock(epoch)
+	var fired []string
+	live := true
+	stopA := c.Stoppable(time.Second, func() bool { return true }, func() { fired = append(fired, "a") })
+	c.Stoppable(2*time.Second, func() bool { return live }, func() { fired = append(fired, "b") })
+	stopC := c.Stoppable(3*time.Second, func() bool { return true }, func() { fired = append(fired, "c") })
+	if !stopC() || stopC() {
+		t.Fatal("stop of a pending timer: want true once, then false")
+	}
+	live = false
+	c.RunUntil(epoch.Add(time.Minute))
+	if len(fired) != 1 || fired[0] != "a" {
+		t.Fatalf("fired %v, want only a", fired)
+	}
+	if stopA() {
+		t.Fatal("stop of a timer that fired reported true")
+	}
+}

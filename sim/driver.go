@@ -213,13 +213,7 @@ func (r *runner) newExecutor(w *worker) {
 // timers with it.
 func (p proc) AfterFunc(d time.Duration, f func()) func() bool {
 	w, gen := p.w, p.w.gen
-	stopped := false
-	p.r.clk.AfterFunc(d, func() {
-		if !stopped && w.gen == gen {
-			f()
-		}
-	})
-	return func() bool { s := !stopped; stopped = true; return s }
+	return p.r.clk.Stoppable(d, func() bool { return w.gen == gen }, f)
 }
 
 // RunHandler starts a job's handler: its outcome is drawn, and it
