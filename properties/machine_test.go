@@ -753,9 +753,9 @@ type settler struct {
 
 var _ execute.Shell[*delivery] = settler{}
 
-func (s settler) RunHandler(a *settle.Action[*delivery]) {
+func (s settler) RunHandler(a settle.Action[*delivery]) {
 	s.m.carried = append(s.m.carried, a.Kind.String())
-	a.Msg.j.act = *a
+	a.Msg.j.act = a
 }
 
 // AfterFunc waits on the virtual clock; a process that crashed took its
@@ -765,12 +765,12 @@ func (s settler) AfterFunc(d time.Duration, f func()) func() bool {
 	return s.m.clk.Stoppable(d, func() bool { return w.core == core }, f)
 }
 
-func (s settler) Before(a *settle.Action[*delivery]) {
+func (s settler) Before(a settle.Action[*delivery]) {
 	m, w, j := s.m, s.w, a.Msg.j
 	m.carried = append(m.carried, a.Kind.String())
 	switch a.Kind {
 	case workercore.Publish:
-		m.beforePublish(w, j, a)
+		m.beforePublish(w, j, &a)
 	case workercore.Ack:
 		if a.Decision.Action != queuey.ActionAck && !j.confirmed {
 			m.problem("worker %d acknowledged job %s before its %s successor was confirmed", w.idx, j.id, a.Decision.Action)
@@ -787,7 +787,7 @@ func (s settler) Before(a *settle.Action[*delivery]) {
 	}
 }
 
-func (s settler) After(a *settle.Action[*delivery], rerouted string, err error) time.Duration {
+func (s settler) After(a settle.Action[*delivery], rerouted string, err error) time.Duration {
 	m, j := s.m, a.Msg.j
 	switch a.Kind {
 	case workercore.Publish:

@@ -173,9 +173,10 @@ func Register[T JobArgs](w *Worker, h Handler[T]) error {
 // so its handler's outcome is logged and dropped, and the job runs again.
 //
 // Everything between a delivery and its settlement is decided by the
-// worker's core (internal/workercore, docs/worker-core.md), the same code
-// the simulator and the property tests drive; Run is the shell that runs
-// its handlers and publishes on goroutines.
+// worker's core (internal/workercore, docs/worker-core.md) and carried out
+// by one executor (internal/execute), the same code the simulator and the
+// property tests drive; Run is the shell that runs its handlers and
+// publishes on goroutines.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.running {
@@ -427,7 +428,7 @@ func (s *shell) AfterFunc(d time.Duration, f func()) func() bool {
 
 // RunHandler runs a job's handler (a *UnknownKindError when its kind has
 // none) on the calling goroutine and settles the job as its result says.
-func (s *shell) RunHandler(a *coreAction) {
+func (s *shell) RunHandler(a coreAction) {
 	env := a.Job
 	h, ok := s.handlers[env.Kind]
 	obs := s.w.cfg.Observer
@@ -449,7 +450,7 @@ func (s *shell) RunHandler(a *coreAction) {
 	if result != nil {
 		u = s.w.draw()
 	}
-	dec, publish := s.x.Decide(a, result, u)
+	dec, publish := s.x.Decide(&a, result, u)
 	if obs != nil {
 		now := s.w.cfg.Clock.Now()
 		if dec.Action == ActionRetry || dec.Action == ActionDefer {
@@ -457,11 +458,11 @@ func (s *shell) RunHandler(a *coreAction) {
 		}
 		observed(RunOutcome{Result: result, Action: dec.Action, Reason: dec.Reason, Delay: dec.Delay, Duration: now.Sub(started)})
 	}
-	s.x.HandlerDecided(a, dec, publish)
+	s.x.HandlerDecided(&a, dec, publish)
 }
 
 // Before logs what the executor is about to do, where it is worth a line.
-func (s *shell) Before(a *coreAction) {
+func (s *shell) Before(a coreAction) {
 	log, q := s.w.cfg.Logger, s.w.queues[a.Queue]
 	switch a.Kind {
 	case workercore.Publish:
@@ -486,7 +487,7 @@ func (s *shell) Before(a *coreAction) {
 
 // After logs a job rerouted to the dead-letter queue, and a settlement
 // that failed (the broker redelivers the job: at least once, never lost).
-func (s *shell) After(a *coreAction, rerouted string, err error) time.Duration {
+func (s *shell) After(a coreAction, rerouted string, err error) time.Duration {
 	log, q := s.w.cfg.Logger, s.w.queues[a.Queue]
 	switch {
 	case rerouted != "":

@@ -1,7 +1,8 @@
 // The system under test: worker processes (a connection, the rabbitmq
-// backend, a subscription) and the shell around each one's worker core,
-// which carries out the core's actions on the virtual clock and traces
-// them.
+// backend and its subscription, stepped) and each one's worker core, whose
+// actions the product's executor carries out with the process as its
+// shell (proc): handlers on the virtual clock, and every step traced and
+// checked.
 
 package sim
 
@@ -218,7 +219,7 @@ func (p proc) AfterFunc(d time.Duration, f func()) func() bool {
 
 // RunHandler starts a job's handler: its outcome is drawn, and it
 // completes after its drawn duration.
-func (p proc) RunHandler(a *simAction) {
+func (p proc) RunHandler(a simAction) {
 	r, w := p.r, p.w
 	d, env := a.Msg, a.Job
 	n := jobNumber(env.ID)
@@ -257,7 +258,7 @@ func (r *runner) complete(d *simDelivery) {
 }
 
 // Before records what the invariants need ahead of a step.
-func (p proc) Before(a *simAction) {
+func (p proc) Before(a simAction) {
 	r, w, d := p.r, p.w, a.Msg
 	switch a.Kind {
 	case workercore.Publish:
@@ -267,7 +268,7 @@ func (p proc) Before(a *simAction) {
 		if !d.publishing {
 			d.publishing, d.issued = true, r.now()
 		}
-		r.beforePublish(w, a, d.issued)
+		r.beforePublish(w, &a, d.issued)
 	case workercore.Ack:
 		if d.acked {
 			return // a second acknowledgement: only a broken core asks for one
@@ -302,19 +303,19 @@ func (p proc) Before(a *simAction) {
 }
 
 // After records how a step went.
-func (p proc) After(a *simAction, rerouted string, err error) time.Duration {
+func (p proc) After(a simAction, rerouted string, err error) time.Duration {
 	r, w := p.r, p.w
 	switch a.Kind {
 	case workercore.Publish:
 		if a.Malformed {
-			return r.afterMalformed(w, a, err)
+			return r.afterMalformed(w, &a, err)
 		}
-		return r.afterPublish(w, a, rerouted, err)
+		return r.afterPublish(w, &a, rerouted, err)
 	case workercore.Ack:
-		r.acked(w, a, err)
+		r.acked(w, &a, err)
 		r.checkChannel(w, a.Msg.sub)
 	case workercore.Requeue:
-		r.requeued(a, err)
+		r.requeued(&a, err)
 		r.checkChannel(w, a.Msg.sub)
 	}
 	return 0
@@ -382,7 +383,7 @@ func (r *runner) afterPublish(w *worker, a *simAction, rerouted string, err erro
 	}
 
 	held := dec.Action == queuey.ActionRetry || dec.Action == queuey.ActionDefer
-	if nr := (*notRipe)(nil); errors.As(err, &nr) {
+	if nr, ok := errors.AsType[*notRipe](err); ok {
 		if held {
 			j.expect = j.expect[:len(j.expect)-1]
 		}
@@ -417,7 +418,7 @@ func (r *runner) afterPublish(w *worker, a *simAction, rerouted string, err erro
 // afterMalformed records the dead-lettering of a body that is not an
 // envelope; the dead-letter queue may be too young yet (notRipe).
 func (r *runner) afterMalformed(w *worker, a *simAction, err error) time.Duration {
-	if nr := (*notRipe)(nil); errors.As(err, &nr) {
+	if nr, ok := errors.AsType[*notRipe](err); ok {
 		return nr.d
 	}
 	if err != nil {

@@ -38,20 +38,20 @@ type Shell[M Msg] interface {
 	// RunHandler starts the handler of a's job. Once it has returned, the
 	// shell calls Executor.HandlerDone with a: at once, on the calling
 	// goroutine (Worker.Run), or later on its clock (the simulator).
-	RunHandler(a *Action[M])
+	RunHandler(a Action[M])
 	// AfterFunc calls f after d on the shell's clock, on a goroutine of
 	// the shell's choosing, unless stop is called first.
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
 	// Before is told of a Publish, Ack, Requeue, StartTimer or Drop just
 	// before the executor carries it out.
-	Before(a *Action[M])
+	Before(a Action[M])
 	// After is told how a Publish, Ack or Requeue went: rerouted is the
 	// dead-letter reason of a retry or deferral no hold could take
 	// (settle.PublishSuccessor), err the broker's answer. For a Publish,
 	// a positive again asks the executor to publish again after that long
 	// instead of reporting err to the core: the simulator's backend cannot
 	// block while its hold ladder warms up.
-	After(a *Action[M], rerouted string, err error) (again time.Duration)
+	After(a Action[M], rerouted string, err error) (again time.Duration)
 }
 
 // ErrStale is what the core hears of a publish that was to be tried again
@@ -82,11 +82,17 @@ func New[M Msg](ctx context.Context, core *settle.Core[M], shell Shell[M], backe
 }
 
 // Step calls f with the core under the executor's lock and carries out
-// the actions it returns. f appends to acts, a buffer it may use.
+// the actions it returns: for the shells' rarer events (a lost
+// connection, stopping). f appends to acts, which may be nil.
+//
+// The frequent events have methods of their own (Deliver, HandlerDecided
+// and the executor's own Published and TimerFired), whose action buffer
+// stays on the stack: through f it would escape, and allocating it cost
+// the default queuey-sim run a third more CPU (docs/worker-core.md, "One
+// executor").
 func (x *Executor[M]) Step(f func(core *settle.Core[M], acts []Action[M]) []Action[M]) {
-	var buf [4]Action[M]
 	x.mu.Lock()
-	acts := f(x.core, buf[:0])
+	acts := f(x.core, nil)
 	x.mu.Unlock()
 	x.Exec(acts)
 }
@@ -104,9 +110,11 @@ func (x *Executor[M]) Decode(q int, m M) (envelope.Envelope, error) {
 // carries out what it says. The body is decoded outside the lock.
 func (x *Executor[M]) Deliver(q int, gen workercore.Gen, m M) {
 	job, err := x.Decode(q, m)
-	x.Step(func(c *settle.Core[M], acts []Action[M]) []Action[M] {
-		return c.DeliverDecoded(acts, q, gen, m, job, err)
-	})
+	var buf [2]Action[M]
+	x.mu.Lock()
+	acts := x.core.DeliverDecoded(buf[:0], q, gen, m, job, err)
+	x.mu.Unlock()
+	x.Exec(acts)
 }
 
 // HandlerDone is the end of the handler a RunHandler action a started:
@@ -139,39 +147,39 @@ func (x *Executor[M]) HandlerDecided(a *Action[M], dec settle.Decision, publish 
 			stale = s.Stale()
 		}
 	}
-	x.Step(func(c *settle.Core[M], acts []Action[M]) []Action[M] {
-		if stale {
-			acts = c.ConnectionLost(acts, a.Gen)
-		}
-		return c.HandlerDecided(acts, a.ID, dec, publish)
-	})
+	var buf [2]Action[M]
+	acts := buf[:0]
+	x.mu.Lock()
+	if stale {
+		acts = x.core.ConnectionLost(acts, a.Gen)
+	}
+	acts = x.core.HandlerDecided(acts, a.ID, dec, publish)
+	x.mu.Unlock()
+	x.Exec(acts)
 }
 
-// Exec carries out acts in order, on the calling goroutine.
+// Exec carries out acts in order, on the calling goroutine. The shell is
+// handed each action by value: a pointer into acts would make every
+// buffer of actions escape to the heap.
 func (x *Executor[M]) Exec(acts []Action[M]) {
 	for i := range acts {
 		a := &acts[i]
 		switch a.Kind {
 		case workercore.RunHandler:
-			x.shell.RunHandler(a)
+			x.shell.RunHandler(*a)
 		case workercore.Publish:
 			x.publish(a)
 		case workercore.Ack:
-			x.shell.Before(a)
-			x.shell.After(a, "", a.Msg.Ack())
+			x.shell.Before(*a)
+			x.shell.After(*a, "", a.Msg.Ack())
 		case workercore.Requeue:
-			x.shell.Before(a)
-			x.shell.After(a, "", a.Msg.Requeue())
+			x.shell.Before(*a)
+			x.shell.After(*a, "", a.Msg.Requeue())
 		case workercore.StartTimer:
-			x.shell.Before(a)
+			x.shell.Before(*a)
 			id := a.ID
 			x.mu.Lock()
-			x.timers[id] = x.shell.AfterFunc(a.Delay, func() {
-				x.Step(func(c *settle.Core[M], acts []Action[M]) []Action[M] {
-					delete(x.timers, id)
-					return c.TimerFired(acts, id)
-				})
-			})
+			x.timers[id] = x.shell.AfterFunc(a.Delay, func() { x.timerFired(id) })
 			x.mu.Unlock()
 		case workercore.StopTimer:
 			x.mu.Lock()
@@ -181,15 +189,25 @@ func (x *Executor[M]) Exec(acts []Action[M]) {
 			}
 			x.mu.Unlock()
 		case workercore.Drop:
-			x.shell.Before(a)
+			x.shell.Before(*a)
 		}
 	}
+}
+
+// timerFired is the end of id's RequeueDelay.
+func (x *Executor[M]) timerFired(id workercore.ID) {
+	var buf [2]Action[M]
+	x.mu.Lock()
+	delete(x.timers, id)
+	acts := x.core.TimerFired(buf[:0], id)
+	x.mu.Unlock()
+	x.Exec(acts)
 }
 
 // publish publishes a's successor (or its malformed body) and reports the
 // broker's answer to the core, or publishes again when the shell asks.
 func (x *Executor[M]) publish(a *Action[M]) {
-	x.shell.Before(a)
+	x.shell.Before(*a)
 	q := x.queues[a.Queue]
 	var rerouted string
 	var err error
@@ -198,7 +216,7 @@ func (x *Executor[M]) publish(a *Action[M]) {
 	} else {
 		rerouted, err = settle.PublishSuccessor(x.ctx, x.backend, q, a.Decision, a.Msg.Body())
 	}
-	if again := x.shell.After(a, rerouted, err); again > 0 {
+	if again := x.shell.After(*a, rerouted, err); again > 0 {
 		act := *a
 		x.shell.AfterFunc(again, func() {
 			if s, ok := any(act.Msg).(staler); ok && s.Stale() {
@@ -213,7 +231,9 @@ func (x *Executor[M]) publish(a *Action[M]) {
 }
 
 func (x *Executor[M]) published(id workercore.ID, err error) {
-	x.Step(func(c *settle.Core[M], acts []Action[M]) []Action[M] {
-		return c.Published(acts, id, err)
-	})
+	var buf [2]Action[M]
+	x.mu.Lock()
+	acts := x.core.Published(buf[:0], id, err)
+	x.mu.Unlock()
+	x.Exec(acts)
 }

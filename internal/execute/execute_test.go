@@ -35,13 +35,13 @@ type shell struct {
 	again   time.Duration // After's answer to the next publish
 }
 
-func (s *shell) RunHandler(a *Action[*msg]) { s.running = append(s.running, *a) }
+func (s *shell) RunHandler(a Action[*msg]) { s.running = append(s.running, a) }
 func (s *shell) AfterFunc(_ time.Duration, f func()) func() bool {
 	s.timers = append(s.timers, f)
 	return func() bool { return true }
 }
-func (s *shell) Before(a *Action[*msg]) { s.log = append(s.log, "before "+a.Kind.String()) }
-func (s *shell) After(a *Action[*msg], _ string, err error) time.Duration {
+func (s *shell) Before(a Action[*msg]) { s.log = append(s.log, "before "+a.Kind.String()) }
+func (s *shell) After(a Action[*msg], _ string, err error) time.Duration {
 	s.log = append(s.log, fmt.Sprintf("after %s: %v", a.Kind, err))
 	if a.Kind == workercore.Publish && s.again > 0 {
 		again := s.again
