@@ -229,7 +229,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	ended := make(chan end, len(consumers))
 	for i, c := range consumers {
 		p := &pool{s: s, queue: i, deliveries: c.Deliveries(), max: int32(w.queues[i].Prefetch),
-			gen: 1, drained: make(chan struct{}), wg: &inflight}
+			drained: make(chan struct{}), wg: &inflight}
+		p.gen.Store(1)
 		// A consumer that resumes after its connection drops (a supervised
 		// rabbitmq backend's) says which channel it lost.
 		var lost <-chan uint64
@@ -245,12 +246,7 @@ func (w *Worker) Run(ctx context.Context) error {
 						return s.resume(acts, p, g+1)
 					})
 				case <-p.drained:
-					var gen workercore.Gen
-					s.x.Step(func(_ *settle.Core[Delivery], acts []coreAction) []coreAction {
-						gen = subGen(i, p.gen)
-						return acts
-					})
-					ended <- end{gen, c.Err()}
+					ended <- end{subGen(i, p.gen.Load()), c.Err()}
 					return
 				}
 			}
@@ -352,10 +348,12 @@ type pool struct {
 	max        int32
 	started    atomic.Int32 // handler goroutines started
 	idle       atomic.Int32 // of those, how many wait for a delivery
-	gen        uint64       // guarded by s.mu: the consumer's live channel
-	drained    chan struct{}
-	drainOnce  sync.Once
-	wg         *sync.WaitGroup
+	// gen is the consumer's live channel: written only by resume, inside
+	// the executor's Step; read outside it too, to see a resume is due.
+	gen       atomic.Uint64
+	drained   chan struct{}
+	drainOnce sync.Once
+	wg        *sync.WaitGroup
 }
 
 // spawn starts a handler goroutine, unless max are running already.
@@ -390,14 +388,14 @@ func (p *pool) deliver(d Delivery) {
 		g = gd.Generation()
 	}
 	job, err := s.x.Decode(p.queue, d)
-	s.x.Step(func(c *settle.Core[Delivery], acts []coreAction) []coreAction {
-		if g > p.gen {
-			// The consumer lost its channel and resumed; this delivery may
-			// have come before the watcher took the news from Lost.
-			acts = s.resume(acts, p, g)
-		}
-		return c.DeliverDecoded(acts, p.queue, subGen(p.queue, g), d, job, err)
-	})
+	if g > p.gen.Load() {
+		// The consumer lost its channel and resumed; this delivery may
+		// have come before the watcher took the news from Lost.
+		s.x.Step(func(_ *settle.Core[Delivery], acts []coreAction) []coreAction {
+			return s.resume(acts, p, g)
+		})
+	}
+	s.x.DeliverDecoded(p.queue, subGen(p.queue, g), d, job, err)
 }
 
 // resume says that p's consumer now delivers on its channel gen: every
@@ -406,14 +404,14 @@ func (p *pool) deliver(d Delivery) {
 // channel) call it, inside the executor's Step; whichever comes second
 // does nothing.
 func (s *shell) resume(acts []coreAction, p *pool, gen uint64) []coreAction {
-	if gen <= p.gen {
+	lost := p.gen.Load()
+	if gen <= lost {
 		return acts
 	}
-	lost := p.gen
 	core := s.x.Core()
 	acts = core.ConnectionLost(acts, subGen(p.queue, lost))
 	core.ConnectionUp(subGen(p.queue, gen))
-	p.gen = gen
+	p.gen.Store(gen)
 	s.w.cfg.Logger.Warn("queuey: a subscription lost its channel; jobs in hand are not settled, the broker redelivers them",
 		slog.String("queue", s.w.queues[p.queue].Name), slog.Uint64("gen", lost))
 	return acts

@@ -234,8 +234,6 @@ func (r *runner) observe(ev membroker.Event) {
 					r.ready = append(r.ready, sub)
 				}
 			}
-		case roleDead:
-			r.auditDue = true
 		case roleRelay:
 			if r.restarting {
 				return // handed to a consumer whose connection closes next
@@ -401,8 +399,9 @@ func (r *runner) enqueued(qr queueRole, ev membroker.Event) {
 		}
 		r.released(q, j, ev, ev.DeadLetteredFrom)
 	case roleDead:
+		r.auditDue = true // audited off the queue once the broker's call is over (pump)
 		if ev.DeadLetteredFrom == "" {
-			return // queuey's own dead letter: audited when it is consumed
+			return // queuey's own dead letter
 		}
 		j := r.job(jobNumber(ev.MessageID))
 		if j == nil {
@@ -612,13 +611,14 @@ func (r *runner) checkDecision(j *job, env queuey.Envelope, out outcome, dec set
 	}
 }
 
-// audit consumes what reached q's dead-letter queue and checks each dead
+// audit takes what reached q's dead-letter queue off it (basic.get, as an
+// operator's tool would; the oracle is no consumer) and checks each dead
 // letter's reason and headers (8).
 func (r *runner) audit(q *simQueue) {
-	var d amqp.Delivery
 	for {
-		if !receiveNow(&d, q.audit) {
-			return
+		d, ok, err := r.admin.Get(q.dead, true)
+		if err != nil || !ok {
+			return // empty, or the admin channel went with the broker: audited once it is back
 		}
 		reason, hasReason := d.Headers[rabbitmq.HeaderDeathReason].(string)
 		if !hasReason {

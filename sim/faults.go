@@ -352,7 +352,7 @@ func (r *runner) runProducerLoop(loop *redial.Core, acts []redial.Action) {
 }
 
 // reconnectAdmin gives the harness a fresh admin channel after a restart,
-// and consumes the dead-letter queues on it again.
+// and audits the dead-letter queues on it again.
 func (r *runner) reconnectAdmin() {
 	conn, err := r.broker.Dial()
 	if err == nil {
@@ -363,11 +363,7 @@ func (r *runner) reconnectAdmin() {
 		r.failf("reconnecting the admin channel: %v", err)
 		return
 	}
-	for _, q := range r.queues {
-		if err := r.auditQueue(q); err != nil {
-			r.failf("%v", err)
-		}
-	}
+	r.auditDue = true // what was dead-lettered while the admin channel was down
 }
 
 func (r *runner) refuseHold(q *simQueue, name string, ttl int64, until time.Time) {

@@ -268,7 +268,6 @@ type simQueue struct {
 	dead      string
 	wait      string // legacy wait queue
 	workers   []*worker
-	audit     <-chan amqp.Delivery
 	holds     int // hold queues existing now
 	holdBound int // invariant 7
 	released  []uint64
@@ -428,9 +427,6 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 				return nil, fmt.Errorf("sim: declaring the legacy wait queue: %w", err)
 			}
 		}
-		if err := r.auditQueue(q); err != nil {
-			return nil, err
-		}
 		for k := 0; k < q.spec.Workers; k++ {
 			w := &worker{q: q, idx: k}
 			q.workers = append(q.workers, w)
@@ -447,16 +443,6 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 		r.clk.AfterFunc(f.At.D(), func() { r.fault(f) })
 	}
 	return r, nil
-}
-
-// auditQueue consumes q's dead-letter queue on the admin channel.
-func (r *runner) auditQueue(q *simQueue) error {
-	audit, err := r.admin.Consume(q.dead, "audit-"+q.spec.Name, true, false, false, false, nil)
-	if err != nil {
-		return fmt.Errorf("sim: auditing %s: %w", q.dead, err)
-	}
-	q.audit = audit
-	return nil
 }
 
 // deployBefore plays the deployment before the run: a backend declares

@@ -110,6 +110,11 @@ func (x *Executor[M]) Decode(q int, m M) (envelope.Envelope, error) {
 // carries out what it says. The body is decoded outside the lock.
 func (x *Executor[M]) Deliver(q int, gen workercore.Gen, m M) {
 	job, err := x.Decode(q, m)
+	x.DeliverDecoded(q, gen, m, job, err)
+}
+
+// DeliverDecoded is Deliver for a body the shell has decoded (Decode).
+func (x *Executor[M]) DeliverDecoded(q int, gen workercore.Gen, m M, job envelope.Envelope, err error) {
 	var buf [2]Action[M]
 	x.mu.Lock()
 	acts := x.core.DeliverDecoded(buf[:0], q, gen, m, job, err)
