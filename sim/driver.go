@@ -106,10 +106,6 @@ func (e *notRipe) Error() string { return "sim: the hold ladder warms up for " +
 
 func notRipeYet(_ context.Context, d time.Duration) error { return &notRipe{d} }
 
-// errDisconnected is the outcome of a hold that waited for the warm-up
-// while its delivery's connection went.
-var errDisconnected = errors.New("sim: the connection went while the hold waited for the warm-up")
-
 // relayOne carries out what a backend's relay consumer does with a
 // delivery from the relay queue: Backend.Relay publishes the job to its
 // next rung or back to its work queue, then the delivery is acknowledged.

@@ -118,7 +118,7 @@ func TestAFailedPublishRequeuesAfterTheDelay(t *testing.T) {
 }
 
 func TestAPublishAskedAgainIsRetriedUnlessItWentStale(t *testing.T) {
-	x, sh, be, m := setup(t)
+	x, sh, be, _ := setup(t)
 	sh.again = time.Second
 	x.HandlerDone(&sh.running[0], errors.New("boom"), 0.5)
 	sh.timers[0]() // published again, confirmed, acknowledged
@@ -126,7 +126,7 @@ func TestAPublishAskedAgainIsRetriedUnlessItWentStale(t *testing.T) {
 		t.Fatalf("%d publishes; log %q", be.published, sh.log)
 	}
 
-	x, sh, be, m = setup(t)
+	x, sh, be, m := setup(t)
 	sh.again = time.Second
 	x.HandlerDone(&sh.running[0], errors.New("boom"), 0.5)
 	m.stale = true
