@@ -226,7 +226,11 @@ func newMachine(t rapid.TB, cfg machineConfig) *machine {
 	if cfg.Quorum {
 		typ = queuey.Quorum
 	}
-	m.qcfg = queuey.QueueConfig{Name: workQueue, Type: typ, Prefetch: cfg.Prefetch, MaxPriority: new(cfg.MaxPriority), Retry: cfg.Retry}.WithDefaults()
+	// Handlers run until the test settles them, however long that is in
+	// virtual time: the model has no timeouts (the simulator has them), so
+	// the queue's Timeout is out of reach of any run.
+	m.qcfg = queuey.QueueConfig{Name: workQueue, Type: typ, Prefetch: cfg.Prefetch, MaxPriority: new(cfg.MaxPriority), Retry: cfg.Retry,
+		Timeout: 100 * 365 * 24 * time.Hour}.WithDefaults()
 	if err := m.qcfg.Validate(); err != nil {
 		t.Fatalf("bad queue config %+v: %v", m.qcfg, err)
 	}
@@ -752,6 +756,8 @@ type settler struct {
 }
 
 var _ execute.Shell[*delivery] = settler{}
+
+func (s settler) Jitter(settle.Action[*delivery]) float64 { return 0.5 }
 
 func (s settler) RunHandler(a settle.Action[*delivery]) {
 	s.m.carried = append(s.m.carried, a.Kind.String())

@@ -30,6 +30,11 @@ const (
 	EqualJitter        = contract.EqualJitter
 	NoJitter           = contract.NoJitter
 	DefaultMaxPriority = contract.DefaultMaxPriority
+	// DefaultTimeout is QueueConfig.Timeout's default, 10 minutes.
+	DefaultTimeout = contract.DefaultTimeout
+	// AbandonGrace is how long a handler that ignores its context may
+	// overrun its timeout before its job is settled without it.
+	AbandonGrace = contract.AbandonGrace
 )
 
 // What a handler returns, and what a job comes to.
@@ -40,6 +45,9 @@ type (
 	FatalError = contract.FatalError
 	// PanicError is a handler's recovered panic: see contract.PanicError.
 	PanicError = contract.PanicError
+	// TimeoutError is a handler run that overran its queue's Timeout: see
+	// contract.TimeoutError.
+	TimeoutError = contract.TimeoutError
 	// UnknownKindError is the result for a job of a kind without a
 	// handler: see contract.UnknownKindError.
 	UnknownKindError = contract.UnknownKindError
@@ -67,6 +75,7 @@ const (
 	ReasonMalformed         = contract.ReasonMalformed
 	ReasonDelayTooLong      = contract.ReasonDelayTooLong
 	ReasonJobTooLarge       = contract.ReasonJobTooLarge
+	ReasonTimedOut          = contract.ReasonTimedOut
 )
 
 // Errors of producers and backends: see package contract.

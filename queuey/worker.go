@@ -228,9 +228,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	ended := make(chan end, len(consumers))
 	for i, c := range consumers {
-		p := &pool{s: s, queue: i, deliveries: c.Deliveries(), max: int32(w.queues[i].Prefetch),
+		p := &pool{s: s, queue: i, deliveries: c.Deliveries(),
 			drained: make(chan struct{}), wg: &inflight}
+		p.max.Store(int32(w.queues[i].Prefetch))
 		p.gen.Store(1)
+		s.pools = append(s.pools, p)
 		// A consumer that resumes after its connection drops (a supervised
 		// rabbitmq backend's) says which channel it lost.
 		var lost <-chan uint64
@@ -327,6 +329,7 @@ type shell struct {
 	// once Run has started, so the map no longer changes.
 	handlers map[string]erasedHandler
 	x        *execute.Executor[Delivery]
+	pools    []*pool // by queue index
 }
 
 // pool is a subscription's handler goroutines. Each takes deliveries
@@ -345,9 +348,11 @@ type pool struct {
 	s          *shell
 	queue      int
 	deliveries <-chan Delivery
-	max        int32
-	started    atomic.Int32 // handler goroutines started
-	idle       atomic.Int32 // of those, how many wait for a delivery
+	// max is the prefetch, plus one for each abandoned handler still
+	// running (its goroutine is lost to the pool until it returns).
+	max     atomic.Int32
+	started atomic.Int32 // handler goroutines started
+	idle    atomic.Int32 // of those, how many wait for a delivery
 	// gen is the consumer's live channel: written only by resume, inside
 	// the executor's Step; read outside it too, to see a resume is due.
 	gen       atomic.Uint64
@@ -360,7 +365,7 @@ type pool struct {
 func (p *pool) spawn() {
 	for {
 		n := p.started.Load()
-		if n >= p.max {
+		if n >= p.max.Load() {
 			return
 		}
 		if p.started.CompareAndSwap(n, n+1) {
@@ -374,10 +379,27 @@ func (p *pool) spawn() {
 				p.spawn() // every one is busy now
 			}
 			p.deliver(d)
+			if p.shrink() {
+				return // an abandoned handler's goroutine, returned at last
+			}
 			p.idle.Add(1)
 		}
 		p.drainOnce.Do(func() { close(p.drained) })
 	})
+}
+
+// shrink ends the calling goroutine's service if more are started than
+// max allows, which happens once an abandoned handler has returned.
+func (p *pool) shrink() bool {
+	for {
+		n := p.started.Load()
+		if n <= p.max.Load() {
+			return false
+		}
+		if p.started.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
 }
 
 // deliver hands d to the core and carries out what it says.
@@ -419,6 +441,9 @@ func (s *shell) resume(acts []coreAction, p *pool, gen uint64) []coreAction {
 
 var _ execute.Shell[Delivery] = (*shell)(nil)
 
+// Jitter draws the retry jitter of an abandoned handler's job.
+func (s *shell) Jitter(coreAction) float64 { return s.w.draw() }
+
 // AfterFunc times on the worker's clock.
 func (s *shell) AfterFunc(d time.Duration, f func()) func() bool {
 	return s.w.cfg.Clock.AfterFunc(d, f).Stop
@@ -430,7 +455,11 @@ func (s *shell) RunHandler(a coreAction) {
 	env := a.Job
 	h, ok := s.handlers[env.Kind]
 	obs := s.w.cfg.Observer
-	ctx := s.ctx
+	// On the worker's clock, so that a mock clock times it too. The parent
+	// has no deadline of its own (StopTimeout cancels it), so
+	// DeadlineExceeded is this timeout's.
+	ctx, cancel := s.w.cfg.Clock.WithTimeout(s.ctx, a.Delay)
+	defer cancel()
 	var observed func(RunOutcome)
 	var started time.Time
 	if obs != nil {
@@ -443,6 +472,9 @@ func (s *shell) RunHandler(a coreAction) {
 		result = &UnknownKindError{Kind: env.Kind}
 	} else {
 		result = s.w.runHandler(ctx, h, env, a.Msg.Priority())
+	}
+	if result != nil && ctx.Err() == context.DeadlineExceeded {
+		result = &TimeoutError{Timeout: a.Delay, Err: result}
 	}
 	var u float64 // the jitter of a retry: only a failed run needs it
 	if result != nil {
@@ -480,6 +512,17 @@ func (s *shell) Before(a coreAction) {
 	case workercore.Drop:
 		log.WarnContext(s.ctx, "queuey: the job's subscription ended before it was settled; the broker redelivers it",
 			slog.String("job_id", a.Job.ID), slog.String("queue", q.Name))
+	case workercore.Abandon:
+		// Its goroutine is lost to the pool until it returns: another
+		// takes its place, so the subscription keeps its prefetch.
+		log.ErrorContext(s.ctx, "queuey: handler ignored its context past its timeout: its job is settled as timed out, and the handler abandoned",
+			append(jobLogAttrs(q, a.Job), slog.Duration("timeout", a.Delay), slog.Duration("grace", AbandonGrace))...)
+		p := s.pools[a.Queue]
+		p.max.Add(1)
+		p.spawn()
+	case workercore.Late:
+		log.WarnContext(s.ctx, "queuey: an abandoned handler returned at last; what it returned is dropped", jobLogAttrs(q, a.Job)...)
+		s.pools[a.Queue].max.Add(-1)
 	}
 }
 

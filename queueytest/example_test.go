@@ -126,3 +126,32 @@ func (t *exampleT) done() {
 		t.cleanups[i]()
 	}
 }
+
+// A call that hangs is cut off at its queue's Timeout: the handler's
+// context ends, the run is a failed attempt, and once the attempts are
+// spent the job is dead-lettered as timed out, all in virtual time.
+func Example_timeout() {
+	t := &exampleT{}
+	defer t.done()
+	h := queueytest.New(t, queueytest.Options{}, queuey.QueueConfig{Name: "api", Prefetch: 1, Timeout: time.Minute,
+		Retry: queuey.RetryPolicy{Base: time.Second, Cap: time.Second, MaxAttempts: 2, Jitter: queuey.NoJitter}})
+	queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[CallAPI]) error {
+		<-ctx.Done() // the API never answers
+		return ctx.Err()
+	})
+	h.Start()
+	id, _ := h.Producer.Enqueue(context.Background(), CallAPI{URL: "https://example.com/hangs"})
+	h.WaitFor("the first run to start", func() bool { return h.Pending("api") == 0 })
+	h.Advance(time.Minute)
+	h.WaitFor("the retry to be held", func() bool { return h.Held("api") == 1 })
+	h.Advance(time.Second)
+	h.WaitFor("the second run to start", func() bool { return h.Held("api") == 0 && h.Pending("api") == 0 })
+	h.Advance(time.Minute)
+	h.WaitFor("the dead letter", func() bool { return h.Dead("api") == 1 })
+	for _, run := range h.Log.RunsOf(id) {
+		fmt.Printf("attempt %d: %v, then %s %q\n", run.Attempt, run.Err, run.Action, run.Reason)
+	}
+	// Output:
+	// attempt 1: context deadline exceeded, then retry ""
+	// attempt 2: context deadline exceeded, then dead-letter "timed out"
+}

@@ -184,12 +184,12 @@ func Handle[T queuey.JobArgs](h *Harness, fn func(ctx context.Context, job *queu
 	err := queuey.Register(h.Worker, queuey.HandlerFunc[T](func(ctx context.Context, job *queuey.Job[T]) error {
 		defer func() {
 			if v := recover(); v != nil {
-				h.Log.add(h.run(job.JobContext, &queuey.PanicError{Value: v, Stack: debug.Stack()}))
+				h.Log.add(h.run(ctx, job.JobContext, &queuey.PanicError{Value: v, Stack: debug.Stack()}))
 				panic(v)
 			}
 		}()
 		err := fn(ctx, job)
-		h.Log.add(h.run(job.JobContext, err))
+		h.Log.add(h.run(ctx, job.JobContext, err))
 		return err
 	}))
 	if err != nil {
@@ -382,11 +382,16 @@ type Run struct {
 	queuey.JobContext
 	Err error // what the handler returned
 	// Action is what the worker does with the job next, decided by the
-	// worker's own rules from Err, the job's counters and its queue's
-	// retry policy: acknowledge it, retry it, defer it or dead-letter it.
+	// worker's own rules from Err (as a *queuey.TimeoutError when the
+	// handler returned it after its queue's Timeout), the job's counters
+	// and its queue's retry policy: acknowledge it, retry it, defer it or
+	// dead-letter it. A handler abandoned for ignoring its timeout is
+	// logged only when it returns, and then its Action is not what
+	// happened: the worker had settled the job as timed out already.
 	Action queuey.Action
 	// Delay is a deferral's delay as the handler asked for it; Reason is
-	// a dead letter's x-death-reason ("attempts exhausted", "fatal: …").
+	// a dead letter's x-death-reason ("attempts exhausted", "timed out",
+	// "fatal: …").
 	Delay  time.Duration
 	Reason string
 }
@@ -395,10 +400,16 @@ type Run struct {
 // decision on it (internal/settle.Decide, the function the worker calls;
 // its jitter draw is left out, since a Run does not give the retry's
 // delay).
-func (h *Harness) run(job queuey.JobContext, err error) Run {
+func (h *Harness) run(ctx context.Context, job queuey.JobContext, err error) Run {
 	env := queuey.Envelope{ID: job.ID, Kind: job.Kind, Queue: job.Queue, Attempt: job.Attempt,
 		Deferrals: job.Deferrals, Priority: job.Priority}
-	dec := settle.Decide(env, err, h.configs[job.Queue], 0)
+	q := h.configs[job.Queue]
+	result := err
+	if err != nil && ctx.Err() == context.DeadlineExceeded {
+		// Past the queue's Timeout: the worker counts the run as timed out.
+		result = &queuey.TimeoutError{Timeout: q.WithDefaults().Timeout, Err: err}
+	}
+	dec := settle.Decide(env, result, q, 0)
 	r := Run{JobContext: job, Err: err, Action: dec.Action}
 	switch dec.Action {
 	case queuey.ActionDefer:

@@ -588,10 +588,14 @@ func (r *runner) checkDecision(j *job, env queuey.Envelope, out outcome, dec set
 		if dec.Action != queuey.ActionAck {
 			r.violate(invDeferralsFree, j, "a success was settled as "+dec.Action.String())
 		}
-	case out.label == "retry":
+	case out.label == "retry" || out.label == "timeout":
 		exhausted := policy.MaxAttempts > 0 && env.Attempt >= policy.MaxAttempts
+		want := queuey.ReasonAttemptsExhausted
+		if out.label == "timeout" {
+			want = queuey.ReasonTimedOut
+		}
 		switch {
-		case exhausted && (dec.Action != queuey.ActionDeadLetter || dec.Reason != queuey.ReasonAttemptsExhausted):
+		case exhausted && (dec.Action != queuey.ActionDeadLetter || dec.Reason != want):
 			r.violate(invDeferralsFree, j, fmt.Sprintf("attempt %d of %d failed and was settled as %s", env.Attempt, policy.MaxAttempts, dec.Action))
 		case !exhausted && (dec.Action != queuey.ActionRetry || dec.Successor.Attempt != env.Attempt+1 ||
 			dec.Successor.Deferrals != env.Deferrals || dec.Successor.Priority != 0 || dec.Delay > policy.Cap):

@@ -213,6 +213,12 @@ func (p proc) AfterFunc(d time.Duration, f func()) func() bool {
 	return p.r.clk.Stoppable(d, func() bool { return w.gen == gen }, f)
 }
 
+// Jitter draws an abandoned handler's retry jitter, as complete does.
+func (p proc) Jitter(a simAction) float64 {
+	d := a.Msg
+	return p.r.draw(d.n, uint64(d.run+1), streamJitter)
+}
+
 // RunHandler starts a job's handler: its outcome is drawn, and it
 // completes after its drawn duration.
 func (p proc) RunHandler(a simAction) {
@@ -231,6 +237,11 @@ func (p proc) RunHandler(a simAction) {
 	j.runs++
 	d.j, d.n, d.env, d.id, d.qgen = j, n, env, a.ID, a.Gen
 	d.out = r.outcomeOf(j, d.run)
+	if to := a.Delay; to > 0 && d.out.duration > to && !d.out.crash {
+		// The simulated handler heeds its context: it returns at its
+		// queue's timeout, and the run counts as timed out.
+		d.out = outcome{result: &queuey.TimeoutError{Timeout: to, Err: context.DeadlineExceeded}, label: "timeout", duration: to}
+	}
 	r.clk.afterFire(d.out.duration, d)
 }
 

@@ -560,3 +560,24 @@ func TestDeferralNoHoldCanTakeIsDeadLettered(t *testing.T) {
 		t.Fatalf("%+v, dead letters %v, %d deferrals\n%s", res.Jobs, res.DeadByReason, res.Deferrals, trace)
 	}
 }
+
+// A handler longer than its queue's Timeout (10 minutes by default) is cut
+// off there, and the run is a timed-out attempt: retried, then
+// dead-lettered as timed out, with every invariant holding. The job ran
+// no more than its attempts.
+func TestHandlersPastTheTimeoutAreTimedOutAttempts(t *testing.T) {
+	s, err := Load(strings.NewReader(`{"seed":1,"duration":"1m","drain":"1h",
+ "queues":[{"name":"jobs","retry":{"base":"1s","cap":"1s","max_attempts":2},"workers":1,"prefetch":1,
+  "arrivals":[{"process":"replay","jobs":[{"at":"0s","handler":"15m"},{"at":"1s","handler":"1s"}]}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, trace := run(t, s, Options{})
+	requireNoViolations(t, res)
+	if n := strings.Count(trace, " timeout"); n != 2 {
+		t.Fatalf("%d timed-out runs in the trace, want 2", n)
+	}
+	if !strings.Contains(trace, "dead-letter job=1 queue=jobs attempt=2 timed out") || res.Jobs.DeadLettered != 1 || res.Jobs.Succeeded != 1 {
+		t.Fatalf("jobs %+v; the trace:\n%s", res.Jobs, trace)
+	}
+}

@@ -35,10 +35,17 @@ type Action[M Msg] = settle.Action[M]
 
 // Shell is what differs between the executors' users.
 type Shell[M Msg] interface {
-	// RunHandler starts the handler of a's job. Once it has returned, the
-	// shell calls Executor.HandlerDone with a: at once, on the calling
-	// goroutine (Worker.Run), or later on its clock (the simulator).
+	// RunHandler starts the handler of a's job, whose context ends after
+	// a.Delay, its queue's timeout. Once it has returned, the shell calls
+	// Executor.HandlerDone with a: at once, on the calling goroutine
+	// (Worker.Run), or later on its clock (the simulator). One that has
+	// not returned contract.AbandonGrace after its timeout is abandoned:
+	// the executor settles its job as timed out, and HandlerDone answers
+	// a Late action when it returns at last.
 	RunHandler(a Action[M])
+	// Jitter is a uniform draw in [0, 1) for the retry of a's job, whose
+	// handler was abandoned.
+	Jitter(a Action[M]) float64
 	// AfterFunc calls f after d on the shell's clock, on a goroutine of
 	// the shell's choosing, unless stop is called first.
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
@@ -69,16 +76,17 @@ type Executor[M Msg] struct {
 	queues  []contract.QueueConfig
 	ctx     context.Context // publishes'
 
-	mu     sync.Mutex
-	core   *settle.Core[M]
-	timers map[workercore.ID]func() bool
+	mu        sync.Mutex
+	core      *settle.Core[M]
+	timers    map[workercore.ID]func() bool // RequeueDelay's
+	deadlines map[workercore.ID]func() bool // running handlers' abandonment
 }
 
 // New returns an executor of core's actions for the listed queues (by the
 // core's queue index), publishing through backend with ctx.
 func New[M Msg](ctx context.Context, core *settle.Core[M], shell Shell[M], backend contract.Backend, queues []contract.QueueConfig) *Executor[M] {
 	return &Executor[M]{shell: shell, backend: backend, queues: queues, ctx: ctx, core: core,
-		timers: map[workercore.ID]func() bool{}}
+		timers: map[workercore.ID]func() bool{}, deadlines: map[workercore.ID]func() bool{}}
 }
 
 // Step calls f with the core under the executor's lock and carries out
@@ -155,6 +163,10 @@ func (x *Executor[M]) HandlerDecided(a *Action[M], dec settle.Decision, publish 
 	var buf [2]Action[M]
 	acts := buf[:0]
 	x.mu.Lock()
+	if stop := x.deadlines[a.ID]; stop != nil {
+		stop()
+		delete(x.deadlines, a.ID)
+	}
 	if stale {
 		acts = x.core.ConnectionLost(acts, a.Gen)
 	}
@@ -171,6 +183,12 @@ func (x *Executor[M]) Exec(acts []Action[M]) {
 		a := &acts[i]
 		switch a.Kind {
 		case workercore.RunHandler:
+			if a.Delay > 0 {
+				id := a.ID
+				x.mu.Lock()
+				x.deadlines[id] = x.shell.AfterFunc(a.Delay+contract.AbandonGrace, func() { x.abandon(id) })
+				x.mu.Unlock()
+			}
 			x.shell.RunHandler(*a)
 		case workercore.Publish:
 			x.publish(a)
@@ -193,10 +211,28 @@ func (x *Executor[M]) Exec(acts []Action[M]) {
 				delete(x.timers, a.ID)
 			}
 			x.mu.Unlock()
-		case workercore.Drop:
+		case workercore.Drop, workercore.Abandon, workercore.Late:
 			x.shell.Before(*a)
 		}
 	}
+}
+
+// abandon settles the job of id, whose handler has overrun its timeout and
+// its grace, as timed out, unless it has returned meanwhile.
+func (x *Executor[M]) abandon(id workercore.ID) {
+	x.mu.Lock()
+	delete(x.deadlines, id)
+	a, ok := x.core.Running(id)
+	x.mu.Unlock()
+	if !ok {
+		return
+	}
+	dec, publish := x.core.Decide(a.Queue, a.Job, &contract.TimeoutError{Timeout: a.Delay}, x.shell.Jitter(a))
+	var buf [2]Action[M]
+	x.mu.Lock()
+	acts := x.core.HandlerAbandoned(buf[:0], id, dec, publish)
+	x.mu.Unlock()
+	x.Exec(acts)
 }
 
 // timerFired is the end of id's RequeueDelay.

@@ -35,7 +35,8 @@ type shell struct {
 	again   time.Duration // After's answer to the next publish
 }
 
-func (s *shell) RunHandler(a Action[*msg]) { s.running = append(s.running, a) }
+func (s *shell) RunHandler(a Action[*msg])   { s.running = append(s.running, a) }
+func (s *shell) Jitter(Action[*msg]) float64 { return 0.5 }
 func (s *shell) AfterFunc(_ time.Duration, f func()) func() bool {
 	s.timers = append(s.timers, f)
 	return func() bool { return true }
@@ -113,7 +114,7 @@ func TestAFailedPublishRequeuesAfterTheDelay(t *testing.T) {
 	be.err = errors.New("nack")
 	x.HandlerDone(&sh.running[0], errors.New("boom"), 0.5)
 	requireLog(t, sh, "before publish", "after publish: nack", "before start-timer")
-	sh.timers[0]()
+	sh.timers[1]() // [0] is the handler's deadline
 	requireLog(t, sh, "before publish", "after publish: nack", "before start-timer", "before requeue", "requeue", "after requeue: <nil>")
 }
 
@@ -121,7 +122,7 @@ func TestAPublishAskedAgainIsRetriedUnlessItWentStale(t *testing.T) {
 	x, sh, be, _ := setup(t)
 	sh.again = time.Second
 	x.HandlerDone(&sh.running[0], errors.New("boom"), 0.5)
-	sh.timers[0]() // published again, confirmed, acknowledged
+	sh.timers[1]() // published again, confirmed, acknowledged ([0] is the handler's deadline)
 	if be.published != 2 || sh.log[len(sh.log)-2] != "ack" {
 		t.Fatalf("%d publishes; log %q", be.published, sh.log)
 	}
@@ -130,8 +131,36 @@ func TestAPublishAskedAgainIsRetriedUnlessItWentStale(t *testing.T) {
 	sh.again = time.Second
 	x.HandlerDone(&sh.running[0], errors.New("boom"), 0.5)
 	m.stale = true
-	sh.timers[0]() // the core hears ErrStale: the job waits to be requeued
+	sh.timers[1]() // the core hears ErrStale: the job waits to be requeued
 	if be.published != 1 || sh.log[len(sh.log)-1] != "before start-timer" {
 		t.Fatalf("%d publishes; log %q", be.published, sh.log)
+	}
+}
+
+// A handler that overruns its timeout and grace is abandoned: its job is
+// retried as timed out, and its late return settles nothing.
+func TestAHandlerPastItsDeadlineIsAbandoned(t *testing.T) {
+	x, sh, be, _ := setup(t)
+	if len(sh.timers) != 1 {
+		t.Fatalf("%d timers after RunHandler, want the deadline", len(sh.timers))
+	}
+	sh.timers[0]()
+	requireLog(t, sh, "before abandon", "before publish", "after publish: <nil>", "before ack", "ack", "after ack: <nil>")
+	if be.published != 1 {
+		t.Fatalf("%d publishes", be.published)
+	}
+	x.HandlerDone(&sh.running[0], nil, 0.5)
+	requireLog(t, sh, "before abandon", "before publish", "after publish: <nil>", "before ack", "ack", "after ack: <nil>", "before late")
+}
+
+// A handler that returns in time stops its deadline: abandoning it later
+// does nothing.
+func TestAHandlerInTimeIsNeverAbandoned(t *testing.T) {
+	x, sh, _, _ := setup(t)
+	x.HandlerDone(&sh.running[0], nil, 0.5)
+	n := len(sh.log)
+	x.abandon(sh.running[0].ID)
+	if len(sh.log) != n {
+		t.Fatalf("abandoned a handler that returned: %q", sh.log[n:])
 	}
 }

@@ -57,9 +57,10 @@ func Hold(d Decision) time.Duration {
 //   - a *DeferError: contract.ActionDefer after its delay, at the queue's top priority, the
 //     deferral counted, the attempt and the retry policy untouched.
 //   - a *FatalError or *UnknownKindError: contract.ActionDeadLetter now.
-//   - anything else, a *PanicError included: Retry after the policy's
-//     backoff at priority 0 with the attempt counted, or contract.ActionDeadLetter
-//     ("attempts exhausted") when that was the last attempt.
+//   - anything else, a *PanicError and a *TimeoutError included: Retry
+//     after the policy's backoff at priority 0 with the attempt counted, or
+//     contract.ActionDeadLetter when that was the last attempt, with
+//     ReasonTimedOut if it timed out and ReasonAttemptsExhausted otherwise.
 func Decide(env envelope.Envelope, result error, q contract.QueueConfig, u float64) Decision {
 	q = q.WithDefaults()
 	if result == nil {
@@ -83,7 +84,11 @@ func Decide(env envelope.Envelope, result error, q contract.QueueConfig, u float
 		return Decision{Action: contract.ActionDeadLetter, Successor: next, Reason: contract.ReasonUnknownKind, Err: result}
 	case q.Retry.Exhausted(env.Attempt):
 		next.Priority = 0
-		return Decision{Action: contract.ActionDeadLetter, Successor: next, Reason: contract.ReasonAttemptsExhausted, Err: result}
+		reason := contract.ReasonAttemptsExhausted
+		if _, ok := errors.AsType[*contract.TimeoutError](result); ok {
+			reason = contract.ReasonTimedOut
+		}
+		return Decision{Action: contract.ActionDeadLetter, Successor: next, Reason: reason, Err: result}
 	}
 	next.Attempt++
 	next.Priority = 0 // a deferral's priority lasts one round
@@ -211,6 +216,9 @@ var _ workercore.Rules[envelope.Envelope, Decision] = Rules(nil)
 
 // Decode is envelope.Decode.
 func (Rules) Decode(_ int, body []byte) (envelope.Envelope, error) { return envelope.Decode(body) }
+
+// Timeout is queue q's handler timeout (contract.QueueConfig.Timeout).
+func (r Rules) Timeout(q int) time.Duration { return r[q].WithDefaults().Timeout }
 
 // Decide is the package's Decide for queue q; anything but ActionAck has
 // a successor to publish.

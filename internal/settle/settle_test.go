@@ -1,6 +1,7 @@
 package settle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -53,6 +54,10 @@ func TestDecide(t *testing.T) {
 			Decision{Action: contract.ActionRetry, Successor: job(2, 0, 0), Delay: time.Second}},
 		{"last attempt failing dead-letters", job(3, 4, 10), boom, classic,
 			Decision{Action: contract.ActionDeadLetter, Successor: job(3, 4, 0), Reason: contract.ReasonAttemptsExhausted}},
+		{"a timed-out run retries", job(1, 0, 0), &contract.TimeoutError{Timeout: time.Minute, Err: context.DeadlineExceeded}, classic,
+			Decision{Action: contract.ActionRetry, Successor: job(2, 0, 0), Delay: time.Second}},
+		{"a timed-out last attempt dead-letters as timed out", job(3, 0, 0), &contract.TimeoutError{Timeout: time.Minute}, classic,
+			Decision{Action: contract.ActionDeadLetter, Successor: job(3, 0, 0), Reason: contract.ReasonTimedOut}},
 		{"fatal dead-letters at once", job(1, 0, 0), contract.Fatal(boom), classic,
 			Decision{Action: contract.ActionDeadLetter, Successor: job(1, 0, 0), Reason: "fatal: boom"}},
 		{"wrapped fatal", job(1, 0, 0), fmt.Errorf("charge: %w", contract.Fatal(errors.New("card declined"))), classic,

@@ -61,13 +61,18 @@ type Rules[J, D any] interface {
 	// uniform draw in [0, 1) for jitter. publish says whether dec has a
 	// successor to publish before the delivery is acknowledged.
 	Decide(q int, job J, result error, u float64) (dec D, publish bool)
+	// Timeout is how long a handler of queue q may run: the Delay of its
+	// RunHandler.
+	Timeout(q int) time.Duration
 }
 
 // Kind is what an action asks the shell to do.
 type Kind int
 
 const (
-	// RunHandler: run Job's handler, then report HandlerDone(ID, …).
+	// RunHandler: run Job's handler, with Delay as its timeout, then report
+	// HandlerDone(ID, …). A handler that has not returned some grace after
+	// its timeout may be reported HandlerAbandoned instead.
 	RunHandler Kind = iota + 1
 	// Publish: publish Decision (or, when Malformed, Msg's body verbatim to
 	// the dead-letter queue) and wait for the broker's confirm, then
@@ -87,6 +92,12 @@ const (
 	Drop
 	// Done: the core is stopping and nothing is in flight.
 	Done
+	// Abandon: ID's handler overran its timeout and has not returned; its
+	// job is settled without it (the Publish or Ack that follows).
+	Abandon
+	// Late: the handler of an abandoned job (Abandon) returned at last;
+	// what it returned is dropped.
+	Late
 )
 
 func (k Kind) String() string {
@@ -107,6 +118,10 @@ func (k Kind) String() string {
 		return "drop"
 	case Done:
 		return "done"
+	case Abandon:
+		return "abandon"
+	case Late:
+		return "late"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -124,7 +139,7 @@ type Action[M Message, J, D any] struct {
 	// Malformed: the body did not decode. Publish then dead-letters it
 	// verbatim.
 	Malformed bool
-	Delay     time.Duration // StartTimer
+	Delay     time.Duration // StartTimer: the wait; RunHandler: the handler's timeout
 	Err       error         // Publish when Malformed: the decode error; Requeue, Drop: why
 }
 
@@ -182,6 +197,11 @@ type entry[M Message, J, D any] struct {
 	acked     bool // MutAckFirst only: acknowledged before its publish
 }
 
+type abandonedRun[J any] struct {
+	queue int
+	job   J
+}
+
 // Core is the worker's state machine. Make one with New.
 type Core[M Message, J, D any] struct {
 	rules    Rules[J, D]
@@ -189,9 +209,12 @@ type Core[M Message, J, D any] struct {
 	live     map[Gen]bool // connections whose deliveries can be settled
 	next     ID
 	inflight map[ID]*entry[M, J, D]
-	stopping bool
-	done     bool // Done has been emitted
-	free     []*entry[M, J, D]
+	// abandoned are the handlers still running whose jobs were settled
+	// without them (HandlerAbandoned), with their queue and job.
+	abandoned map[ID]abandonedRun[J]
+	stopping  bool
+	done      bool // Done has been emitted
+	free      []*entry[M, J, D]
 }
 
 // New returns a core with no live connection: call ConnectionUp before
@@ -200,7 +223,8 @@ func New[M Message, J, D any](rules Rules[J, D], cfg Config) *Core[M, J, D] {
 	if cfg.RequeueDelay <= 0 {
 		panic("workercore: RequeueDelay must be positive")
 	}
-	return &Core[M, J, D]{rules: rules, cfg: cfg, live: map[Gen]bool{}, inflight: map[ID]*entry[M, J, D]{}}
+	return &Core[M, J, D]{rules: rules, cfg: cfg, live: map[Gen]bool{}, inflight: map[ID]*entry[M, J, D]{},
+		abandoned: map[ID]abandonedRun[J]{}}
 }
 
 // Inflight is how many deliveries the core holds: handlers running,
@@ -281,7 +305,8 @@ func (c *Core[M, J, D]) DeliverDecoded(acts []Action[M, J, D], q int, gen Gen, m
 		return acts
 	}
 	e.job = job
-	acts, _ = c.emit(acts, RunHandler, e)
+	acts, a := c.emit(acts, RunHandler, e)
+	a.Delay = c.rules.Timeout(q)
 	return acts
 }
 
@@ -289,6 +314,9 @@ func (c *Core[M, J, D]) DeliverDecoded(acts []Action[M, J, D], q int, gen Gen, m
 // draw in [0, 1) for the retry jitter. It answers Ack, Publish (the
 // successor), or Drop (the connection went meanwhile).
 func (c *Core[M, J, D]) HandlerDone(acts []Action[M, J, D], id ID, result error, u float64) []Action[M, J, D] {
+	if run, ok := c.abandoned[id]; ok {
+		return c.late(acts, id, run)
+	}
 	e := c.running(id)
 	if e.lost {
 		return c.maybeDone(c.drop(acts, e))
@@ -307,11 +335,51 @@ func (c *Core[M, J, D]) Decide(q int, job J, result error, u float64) (D, bool) 
 
 // HandlerDecided is HandlerDone with the decision already made by Decide.
 func (c *Core[M, J, D]) HandlerDecided(acts []Action[M, J, D], id ID, dec D, publish bool) []Action[M, J, D] {
+	if run, ok := c.abandoned[id]; ok {
+		return c.late(acts, id, run)
+	}
 	e := c.running(id)
 	if e.lost {
 		return c.maybeDone(c.drop(acts, e))
 	}
 	return c.decided(acts, e, dec, publish)
+}
+
+// HandlerAbandoned reports that id's handler has overrun its timeout and
+// its grace without returning: its job is settled as dec says (the rules'
+// decision for a timed-out run), without waiting for it. It answers
+// Abandon, then what HandlerDecided would; or nothing if the handler has
+// returned meanwhile. When the handler does return, HandlerDone answers
+// Late and nothing else.
+func (c *Core[M, J, D]) HandlerAbandoned(acts []Action[M, J, D], id ID, dec D, publish bool) []Action[M, J, D] {
+	e := c.inflight[id]
+	if e == nil || e.phase != phRunning {
+		return acts
+	}
+	c.abandoned[id] = abandonedRun[J]{queue: e.queue, job: e.job}
+	acts, a := c.emit(acts, Abandon, e)
+	a.Delay = c.rules.Timeout(e.queue)
+	if e.lost {
+		return c.maybeDone(c.drop(acts, e))
+	}
+	return c.decided(acts, e, dec, publish)
+}
+
+// Running returns id's RunHandler action again, if its handler is still
+// running.
+func (c *Core[M, J, D]) Running(id ID) (Action[M, J, D], bool) {
+	e := c.inflight[id]
+	if e == nil || e.phase != phRunning {
+		return Action[M, J, D]{}, false
+	}
+	return Action[M, J, D]{Kind: RunHandler, ID: id, Queue: e.queue, Gen: e.gen, Msg: e.msg, Job: e.job,
+		Delay: c.rules.Timeout(e.queue)}, true
+}
+
+// late answers the return of an abandoned handler.
+func (c *Core[M, J, D]) late(acts []Action[M, J, D], id ID, run abandonedRun[J]) []Action[M, J, D] {
+	delete(c.abandoned, id)
+	return append(acts, Action[M, J, D]{Kind: Late, ID: id, Queue: run.queue, Job: run.job})
 }
 
 func (c *Core[M, J, D]) running(id ID) *entry[M, J, D] {

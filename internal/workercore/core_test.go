@@ -30,6 +30,8 @@ func (rules) Decide(q int, job string, result error, u float64) (string, bool) {
 	return "successor of " + job, true
 }
 
+func (rules) Timeout(q int) time.Duration { return time.Minute }
+
 type core = Core[msg, string, string]
 type acts = []Action[msg, string, string]
 
@@ -184,5 +186,54 @@ func BenchmarkSettleSuccess(b *testing.B) {
 	for b.Loop() {
 		acts := c.DeliverDecoded(buf[:0], 0, 1, "a", "a", nil)
 		c.HandlerDecided(buf[:0], acts[0].ID, "", false)
+	}
+}
+
+// A handler that overruns its timeout is abandoned: its job is settled
+// without it, and when it returns at last, only Late answers.
+func TestAnAbandonedHandlerSettlesItsJobOnce(t *testing.T) {
+	c := newCore(t, MutNone)
+	run := c.Deliver(nil, 0, 1, "j1")
+	if show(run) != "run-handler(1)" || run[0].Delay != time.Minute {
+		t.Fatalf("deliver: %s, timeout %s", show(run), run[0].Delay)
+	}
+	if a, ok := c.Running(1); !ok || a.Job != "j1" || a.Delay != time.Minute {
+		t.Fatalf("Running(1): %+v, %t", a, ok)
+	}
+	got := c.HandlerAbandoned(nil, 1, "successor of j1 (timed out)", true)
+	if show(got) != "abandon(1); publish(1) successor of j1 (timed out)" {
+		t.Fatalf("abandoned: %s", show(got))
+	}
+	if _, ok := c.Running(1); ok {
+		t.Fatal("an abandoned handler is still running to the core")
+	}
+	if got := c.Published(nil, 1, nil); show(got) != "ack(1)" {
+		t.Fatalf("published: %s", show(got))
+	}
+	got = c.HandlerDone(nil, 1, nil, 0.5)
+	if show(got) != "late(1)" || got[0].Job != "j1" {
+		t.Fatalf("the late return: %s (job %q)", show(got), got[0].Job)
+	}
+	if c.Inflight() != 0 || len(c.abandoned) != 0 {
+		t.Fatalf("%d in flight, %d abandoned", c.Inflight(), len(c.abandoned))
+	}
+	// Abandoning a handler that has returned does nothing.
+	c.Deliver(nil, 0, 1, "j2")
+	c.HandlerDone(nil, 2, nil, 0.5)
+	if got := c.HandlerAbandoned(nil, 2, "x", true); len(got) != 0 {
+		t.Fatalf("abandoning a returned handler: %s", show(got))
+	}
+}
+
+// An abandoned handler whose connection went is dropped, not settled.
+func TestAnAbandonedHandlerOfALostConnectionIsDropped(t *testing.T) {
+	c := newCore(t, MutNone)
+	c.Deliver(nil, 0, 1, "j1")
+	c.ConnectionLost(nil, 1)
+	if got := c.HandlerAbandoned(nil, 1, "x", true); show(got) != "abandon(1); drop(1)" {
+		t.Fatalf("abandoned after the loss: %s", show(got))
+	}
+	if got := c.HandlerDone(nil, 1, errors.New("late"), 0.5); show(got) != "late(1)" {
+		t.Fatalf("late: %s", show(got))
 	}
 }

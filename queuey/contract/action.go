@@ -61,6 +61,9 @@ const (
 	// refused as too large (ErrJobTooLarge): a job just under the broker's
 	// limit whose counters gained a digit.
 	ReasonJobTooLarge = "job too large"
+	// ReasonTimedOut is a job whose last attempt overran the queue's
+	// Timeout (QueueConfig.Timeout).
+	ReasonTimedOut = "timed out"
 )
 
 // ExtDueAt is the extension field in which a queuey.Worker with an Observer

@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -92,6 +93,31 @@ func (e *FatalError) Text() string {
 	return e.Err.Error()
 }
 func (e *FatalError) Unwrap() error { return e.Err }
+
+// TimeoutError is the result of a handler run that overran its queue's
+// Timeout: Err is what the handler returned after its context was
+// cancelled, or nil when it was abandoned without returning. It is
+// retryable; a job whose last attempt timed out is dead-lettered with
+// ReasonTimedOut. errors.Is(err, context.DeadlineExceeded) holds for it.
+type TimeoutError struct {
+	Timeout time.Duration
+	Err     error
+}
+
+func (e *TimeoutError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("queuey: handler abandoned: it ignored its context past its timeout of %s", e.Timeout)
+	}
+	return fmt.Sprintf("queuey: handler timed out after %s: %v", e.Timeout, e.Err)
+}
+
+// Unwrap returns what the handler returned, and context.DeadlineExceeded.
+func (e *TimeoutError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{context.DeadlineExceeded}
+	}
+	return []error{e.Err, context.DeadlineExceeded}
+}
 
 // PanicError is the error a handler's recovered panic becomes. It is
 // retryable, like any error other than a DeferError or FatalError: a panic

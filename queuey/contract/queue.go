@@ -3,6 +3,7 @@ package contract
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // QueueType is a work queue's RabbitMQ queue type.
@@ -57,7 +58,28 @@ type QueueConfig struct {
 	// Retry is the queue's retry policy; its unset fields take their
 	// defaults (see RetryPolicy).
 	Retry RetryPolicy
+	// Timeout is how long a handler of this queue's jobs may run. Its
+	// context is cancelled then, and an error it returns after that
+	// counts as a timed-out attempt (a *TimeoutError): retried after the
+	// policy's backoff like any failure, and dead-lettered with
+	// ReasonTimedOut once the attempts are spent. A handler that ignores
+	// its context and has not returned AbandonGrace later is abandoned:
+	// its job is settled as timed out, and what it returns in the end is
+	// dropped, so no job outlives its attempts however its handler
+	// behaves. Keep it below the broker's consumer timeout (RabbitMQ's
+	// consumer_timeout, 30 minutes by default: docs/rabbitmq-semantics.md
+	// §14), or the broker takes the delivery back first. Defaults to DefaultTimeout, 10 minutes;
+	// Validate refuses a negative one.
+	Timeout time.Duration
 }
+
+// DefaultTimeout is QueueConfig.Timeout's default: a third of RabbitMQ's
+// default consumer timeout.
+const DefaultTimeout = 10 * time.Minute
+
+// AbandonGrace is how long after its timeout a worker waits for a handler
+// that ignores its context before it settles the job as timed out.
+const AbandonGrace = 5 * time.Second
 
 // WithDefaults returns c with every unset field at its default.
 func (c QueueConfig) WithDefaults() QueueConfig {
@@ -68,6 +90,9 @@ func (c QueueConfig) WithDefaults() QueueConfig {
 		c.MaxPriority = new(uint8(DefaultMaxPriority))
 	}
 	c.Retry = c.Retry.WithDefaults()
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
 	return c
 }
 
@@ -86,6 +111,9 @@ func (c QueueConfig) Validate() error {
 	}
 	if err := c.Retry.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("queuey: queue %q: Retry: %w", c.Name, err))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("queuey: queue %q: Timeout %s is negative", c.Name, c.Timeout))
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,8 @@
 package contract
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ func TestQueueConfig(t *testing.T) {
 		{"negative prefetch", QueueConfig{Name: "jobs", Prefetch: -1}, `queue "jobs": Prefetch -1 is outside 1..65535`},
 		{"prefetch past the wire's 16 bits", QueueConfig{Name: "jobs", Prefetch: 70000}, "Prefetch 70000"},
 		{"bad retry", QueueConfig{Name: "jobs", Retry: RetryPolicy{Base: -time.Second}}, `queue "jobs": Retry:`},
+		{"negative timeout", QueueConfig{Name: "jobs", Timeout: -time.Second}, `queue "jobs": Timeout -1s is negative`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -37,3 +40,19 @@ func TestQueueConfig(t *testing.T) {
 }
 
 // A deferral always waits in a hold queue; a retry's hold is its delay.
+
+func TestTimeoutDefaultsAndTimeoutError(t *testing.T) {
+	if got := (QueueConfig{Name: "jobs"}).WithDefaults().Timeout; got != DefaultTimeout {
+		t.Fatalf("default timeout %s", got)
+	}
+	abandoned := &TimeoutError{Timeout: time.Minute}
+	late := &TimeoutError{Timeout: time.Minute, Err: errors.New("gave up")}
+	for _, err := range []error{abandoned, late} {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%v is not DeadlineExceeded", err)
+		}
+	}
+	if !strings.Contains(abandoned.Error(), "abandoned") || !strings.Contains(late.Error(), "gave up") {
+		t.Fatalf("texts: %q, %q", abandoned, late)
+	}
+}

@@ -301,7 +301,7 @@ func (o *Observer) Run(ctx context.Context, run queuey.RunInfo) (context.Context
 // error's text is unbounded, so it counts as "fatal".
 func reasonClass(reason string) string {
 	switch reason {
-	case queuey.ReasonAttemptsExhausted, queuey.ReasonUnknownKind, queuey.ReasonMalformed, queuey.ReasonDelayTooLong, queuey.ReasonJobTooLarge:
+	case queuey.ReasonAttemptsExhausted, queuey.ReasonUnknownKind, queuey.ReasonMalformed, queuey.ReasonDelayTooLong, queuey.ReasonJobTooLarge, queuey.ReasonTimedOut:
 		return reason
 	}
 	if len(reason) >= 5 && reason[:5] == "fatal" {
