@@ -766,7 +766,7 @@ func (s settler) RunHandler(a settle.Action[*delivery]) {
 
 // AfterFunc waits on the virtual clock; a process that crashed took its
 // timers with it.
-func (s settler) AfterFunc(d time.Duration, f func()) func() bool {
+func (s settler) AfterFunc(d time.Duration, f func()) execute.Timer {
 	w, core := s.w, s.w.core
 	return s.m.clk.Stoppable(d, func() bool { return w.core == core }, f)
 }

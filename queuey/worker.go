@@ -445,8 +445,8 @@ var _ execute.Shell[Delivery] = (*shell)(nil)
 func (s *shell) Jitter(coreAction) float64 { return s.w.draw() }
 
 // AfterFunc times on the worker's clock.
-func (s *shell) AfterFunc(d time.Duration, f func()) func() bool {
-	return s.w.cfg.Clock.AfterFunc(d, f).Stop
+func (s *shell) AfterFunc(d time.Duration, f func()) execute.Timer {
+	return s.w.cfg.Clock.AfterFunc(d, f)
 }
 
 // RunHandler runs a job's handler (a *UnknownKindError when its kind has

@@ -199,22 +199,28 @@ func (c *Clock) AfterFunc(d time.Duration, f func()) *clock.Timer {
 	return nil
 }
 
-// Stoppable calls f after d unless stop is called first, or live says
-// no when the time comes (a process that died took its timers with it).
-// stop reports whether it stopped the call, as time.Timer.Stop does.
-func (c *Clock) Stoppable(d time.Duration, live func() bool, f func()) (stop func() bool) {
-	stopped, fired := false, false
+// Stoppable calls f after d unless its Stop is called first, or live
+// says no when the time comes (a process that died took its timers with
+// it). Stop reports whether it stopped the call, as time.Timer.Stop does.
+func (c *Clock) Stoppable(d time.Duration, live func() bool, f func()) *StoppableTimer {
+	t := &StoppableTimer{}
 	c.schedule(d, func() {
-		if !stopped && live() {
-			fired = true
+		if !t.stopped && live() {
+			t.fired = true
 			f()
 		}
 	})
-	return func() bool {
-		was := !stopped && !fired
-		stopped = true
-		return was
-	}
+	return t
+}
+
+// StoppableTimer is a call Stoppable scheduled.
+type StoppableTimer struct{ stopped, fired bool }
+
+// Stop cancels the call, and reports whether it did.
+func (t *StoppableTimer) Stop() bool {
+	was := !t.stopped && !t.fired
+	t.stopped = true
+	return was
 }
 
 // After implements clock.Clock: the channel receives the virtual time at

@@ -204,10 +204,10 @@ func TestStoppableTimers(t *testing.T) {
 	c := NewClock(epoch)
 	var fired []string
 	live := true
-	stopA := c.Stoppable(time.Second, func() bool { return true }, func() { fired = append(fired, "a") })
+	a := c.Stoppable(time.Second, func() bool { return true }, func() { fired = append(fired, "a") })
 	c.Stoppable(2*time.Second, func() bool { return live }, func() { fired = append(fired, "b") })
-	stopC := c.Stoppable(3*time.Second, func() bool { return true }, func() { fired = append(fired, "c") })
-	if !stopC() || stopC() {
+	cc := c.Stoppable(3*time.Second, func() bool { return true }, func() { fired = append(fired, "c") })
+	if !cc.Stop() || cc.Stop() {
 		t.Fatal("stop of a pending timer: want true once, then false")
 	}
 	live = false
@@ -215,7 +215,7 @@ func TestStoppableTimers(t *testing.T) {
 	if len(fired) != 1 || fired[0] != "a" {
 		t.Fatalf("fired %v, want only a", fired)
 	}
-	if stopA() {
+	if a.Stop() {
 		t.Fatal("stop of a timer that fired reported true")
 	}
 }

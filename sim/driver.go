@@ -208,7 +208,7 @@ func (r *runner) newExecutor(w *worker) {
 
 // AfterFunc waits on the virtual clock; a process that died took its
 // timers with it.
-func (p proc) AfterFunc(d time.Duration, f func()) func() bool {
+func (p proc) AfterFunc(d time.Duration, f func()) execute.Timer {
 	w, gen := p.w, p.w.gen
 	return p.r.clk.Stoppable(d, func() bool { return w.gen == gen }, f)
 }

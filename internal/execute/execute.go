@@ -48,7 +48,7 @@ type Shell[M Msg] interface {
 	Jitter(a Action[M]) float64
 	// AfterFunc calls f after d on the shell's clock, on a goroutine of
 	// the shell's choosing, unless stop is called first.
-	AfterFunc(d time.Duration, f func()) (stop func() bool)
+	AfterFunc(d time.Duration, f func()) Timer
 	// Before is told of a Publish, Ack, Requeue, StartTimer or Drop just
 	// before the executor carries it out.
 	Before(a Action[M])
@@ -60,6 +60,12 @@ type Shell[M Msg] interface {
 	// block while its hold ladder warms up.
 	After(a Action[M], rerouted string, err error) (again time.Duration)
 }
+
+// Timer is a call AfterFunc scheduled: Stop cancels it, and reports
+// whether it did. *time.Timer and *clock.Timer are Timers; an interface,
+// not a func, so that a shell hands its timer back without allocating a
+// method value for every handler run.
+type Timer interface{ Stop() bool }
 
 // ErrStale is what the core hears of a publish that was to be tried again
 // once its delivery had gone stale: the broker has requeued the job.
@@ -78,15 +84,15 @@ type Executor[M Msg] struct {
 
 	mu        sync.Mutex
 	core      *settle.Core[M]
-	timers    map[workercore.ID]func() bool // RequeueDelay's
-	deadlines map[workercore.ID]func() bool // running handlers' abandonment
+	timers    map[workercore.ID]Timer // RequeueDelay's
+	deadlines map[workercore.ID]Timer // running handlers' abandonment
 }
 
 // New returns an executor of core's actions for the listed queues (by the
 // core's queue index), publishing through backend with ctx.
 func New[M Msg](ctx context.Context, core *settle.Core[M], shell Shell[M], backend contract.Backend, queues []contract.QueueConfig) *Executor[M] {
 	return &Executor[M]{shell: shell, backend: backend, queues: queues, ctx: ctx, core: core,
-		timers: map[workercore.ID]func() bool{}, deadlines: map[workercore.ID]func() bool{}}
+		timers: map[workercore.ID]Timer{}, deadlines: map[workercore.ID]Timer{}}
 }
 
 // Step calls f with the core under the executor's lock and carries out
@@ -163,8 +169,8 @@ func (x *Executor[M]) HandlerDecided(a *Action[M], dec settle.Decision, publish 
 	var buf [2]Action[M]
 	acts := buf[:0]
 	x.mu.Lock()
-	if stop := x.deadlines[a.ID]; stop != nil {
-		stop()
+	if t := x.deadlines[a.ID]; t != nil {
+		t.Stop()
 		delete(x.deadlines, a.ID)
 	}
 	if stale {
@@ -206,8 +212,8 @@ func (x *Executor[M]) Exec(acts []Action[M]) {
 			x.mu.Unlock()
 		case workercore.StopTimer:
 			x.mu.Lock()
-			if stop := x.timers[a.ID]; stop != nil {
-				stop()
+			if t := x.timers[a.ID]; t != nil {
+				t.Stop()
 				delete(x.timers, a.ID)
 			}
 			x.mu.Unlock()

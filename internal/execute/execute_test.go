@@ -37,10 +37,14 @@ type shell struct {
 
 func (s *shell) RunHandler(a Action[*msg])   { s.running = append(s.running, a) }
 func (s *shell) Jitter(Action[*msg]) float64 { return 0.5 }
-func (s *shell) AfterFunc(_ time.Duration, f func()) func() bool {
+func (s *shell) AfterFunc(_ time.Duration, f func()) Timer {
 	s.timers = append(s.timers, f)
-	return func() bool { return true }
+	return noTimer{}
 }
+
+type noTimer struct{}
+
+func (noTimer) Stop() bool             { return true }
 func (s *shell) Before(a Action[*msg]) { s.log = append(s.log, "before "+a.Kind.String()) }
 func (s *shell) After(a Action[*msg], _ string, err error) time.Duration {
 	s.log = append(s.log, fmt.Sprintf("after %s: %v", a.Kind, err))
