@@ -759,6 +759,8 @@ var _ execute.Shell[*delivery] = settler{}
 
 func (s settler) Jitter(settle.Action[*delivery]) float64 { return 0.5 }
 
+func (s settler) Now() time.Time { return s.m.clk.Now() }
+
 func (s settler) RunHandler(a settle.Action[*delivery]) {
 	s.m.carried = append(s.m.carried, a.Kind.String())
 	a.Msg.j.act = a

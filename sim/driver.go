@@ -206,6 +206,9 @@ func (r *runner) newExecutor(w *worker) {
 	w.x = execute.New[*simDelivery](r.bg, w.core, proc{r, w}, procBackend{r, w}, []queuey.QueueConfig{w.q.cfg})
 }
 
+// Now is the virtual time.
+func (p proc) Now() time.Time { return p.r.clk.Now() }
+
 // AfterFunc waits on the virtual clock; a process that died took its
 // timers with it.
 func (p proc) AfterFunc(d time.Duration, f func()) execute.Timer {
@@ -235,7 +238,7 @@ func (p proc) RunHandler(a simAction) {
 	d.sub.held = append(d.sub.held, n)
 	d.run = j.runs
 	j.runs++
-	d.j, d.n, d.env, d.id, d.qgen = j, n, env, a.ID, a.Gen
+	d.j, d.n, d.env, d.id, d.qgen, d.timeout = j, n, env, a.ID, a.Gen, a.Delay
 	d.out = r.outcomeOf(j, d.run)
 	if to := a.Delay; to > 0 && d.out.duration > to && !d.out.crash {
 		// The simulated handler heeds its context: it returns at its
@@ -260,7 +263,7 @@ func (r *runner) complete(d *simDelivery) {
 		r.crash(w, "poison job "+strconv.FormatUint(d.n, 10))
 		return
 	}
-	a := simAction{Kind: workercore.RunHandler, ID: d.id, Gen: d.qgen, Msg: d, Job: d.env}
+	a := simAction{Kind: workercore.RunHandler, ID: d.id, Gen: d.qgen, Msg: d, Job: d.env, Delay: d.timeout}
 	w.x.HandlerDone(&a, d.out.result, r.draw(d.n, uint64(d.run+1), streamJitter))
 }
 
@@ -565,7 +568,9 @@ type simDelivery struct {
 	gen  int            // the worker process's generation it was delivered in
 	id   workercore.ID  // its name in the worker's core
 	qgen workercore.Gen // the connection it came on, in the core's numbering
-	run  int            // the handler run it is, from 0
+	// timeout is its queue's handler timeout, its RunHandler's Delay
+	timeout time.Duration
+	run     int // the handler run it is, from 0
 	// publishing is set while its successor's publish is under way, which
 	// the core issued at issued (it may wait for the ladder's warm-up).
 	publishing bool

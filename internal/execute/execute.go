@@ -46,6 +46,8 @@ type Shell[M Msg] interface {
 	// Jitter is a uniform draw in [0, 1) for the retry of a's job, whose
 	// handler was abandoned.
 	Jitter(a Action[M]) float64
+	// Now is the time on the shell's clock.
+	Now() time.Time
 	// AfterFunc calls f after d on the shell's clock, on a goroutine of
 	// the shell's choosing, unless stop is called first.
 	AfterFunc(d time.Duration, f func()) Timer
@@ -82,17 +84,23 @@ type Executor[M Msg] struct {
 	queues  []contract.QueueConfig
 	ctx     context.Context // publishes'
 
-	mu        sync.Mutex
-	core      *settle.Core[M]
-	timers    map[workercore.ID]Timer // RequeueDelay's
-	deadlines map[workercore.ID]Timer // running handlers' abandonment
+	mu       sync.Mutex
+	core     *settle.Core[M]
+	timers   map[workercore.ID]Timer    // RequeueDelay's
+	watches  []watch                    // running handlers, by queue (deadline.go)
+	finished map[workercore.ID]struct{} // returned, still behind the head of their watch
+	// overdueIDs were taken off their watch to be abandoned, and have not
+	// returned yet.
+	overdueIDs map[workercore.ID]struct{}
+	closed     bool
 }
 
 // New returns an executor of core's actions for the listed queues (by the
 // core's queue index), publishing through backend with ctx.
 func New[M Msg](ctx context.Context, core *settle.Core[M], shell Shell[M], backend contract.Backend, queues []contract.QueueConfig) *Executor[M] {
 	return &Executor[M]{shell: shell, backend: backend, queues: queues, ctx: ctx, core: core,
-		timers: map[workercore.ID]Timer{}, deadlines: map[workercore.ID]Timer{}}
+		timers: map[workercore.ID]Timer{}, watches: make([]watch, len(queues)), finished: map[workercore.ID]struct{}{},
+		overdueIDs: map[workercore.ID]struct{}{}}
 }
 
 // Step calls f with the core under the executor's lock and carries out
@@ -169,9 +177,8 @@ func (x *Executor[M]) HandlerDecided(a *Action[M], dec settle.Decision, publish 
 	var buf [2]Action[M]
 	acts := buf[:0]
 	x.mu.Lock()
-	if t := x.deadlines[a.ID]; t != nil {
-		t.Stop()
-		delete(x.deadlines, a.ID)
+	if a.Delay > 0 {
+		x.finish(a.Queue, a.ID)
 	}
 	if stale {
 		acts = x.core.ConnectionLost(acts, a.Gen)
@@ -190,9 +197,8 @@ func (x *Executor[M]) Exec(acts []Action[M]) {
 		switch a.Kind {
 		case workercore.RunHandler:
 			if a.Delay > 0 {
-				id := a.ID
 				x.mu.Lock()
-				x.deadlines[id] = x.shell.AfterFunc(a.Delay+contract.AbandonGrace, func() { x.abandon(id) })
+				x.start(a.Queue, a.ID, a.Delay)
 				x.mu.Unlock()
 			}
 			x.shell.RunHandler(*a)
@@ -227,7 +233,6 @@ func (x *Executor[M]) Exec(acts []Action[M]) {
 // its grace, as timed out, unless it has returned meanwhile.
 func (x *Executor[M]) abandon(id workercore.ID) {
 	x.mu.Lock()
-	delete(x.deadlines, id)
 	a, ok := x.core.Running(id)
 	x.mu.Unlock()
 	if !ok {

@@ -31,14 +31,17 @@ func (m *msg) Stale() bool    { return m.stale }
 type shell struct {
 	log     []string
 	running []Action[*msg]
-	timers  []func()
+	timers  []func() // each moves now to its instant, then fires
+	now     time.Time
 	again   time.Duration // After's answer to the next publish
 }
 
 func (s *shell) RunHandler(a Action[*msg])   { s.running = append(s.running, a) }
 func (s *shell) Jitter(Action[*msg]) float64 { return 0.5 }
-func (s *shell) AfterFunc(_ time.Duration, f func()) Timer {
-	s.timers = append(s.timers, f)
+func (s *shell) Now() time.Time              { return s.now }
+func (s *shell) AfterFunc(d time.Duration, f func()) Timer {
+	at := s.now.Add(d)
+	s.timers = append(s.timers, func() { s.now = at; f() })
 	return noTimer{}
 }
 
@@ -166,5 +169,42 @@ func TestAHandlerInTimeIsNeverAbandoned(t *testing.T) {
 	x.abandon(sh.running[0].ID)
 	if len(sh.log) != n {
 		t.Fatalf("abandoned a handler that returned: %q", sh.log[n:])
+	}
+}
+
+// One timer watches a queue's handlers in the order they started: a
+// handler that returned is skipped, only the one past its timeout and
+// grace is abandoned, and the timer then waits for the next.
+func TestOneTimerWatchesAQueuesHandlersInOrder(t *testing.T) {
+	x, sh, _, m := setup(t) // j1 at 0
+	timeout := contract.DefaultTimeout + contract.AbandonGrace
+	sh.now = sh.now.Add(time.Minute)
+	x.Deliver(0, 1, &msg{body: m.body, log: &sh.log}) // j2 at 1 min
+	sh.now = sh.now.Add(time.Minute)
+	x.Deliver(0, 1, &msg{body: m.body, log: &sh.log}) // j3 at 2 min
+	if len(sh.timers) != 1 || len(sh.running) != 3 {
+		t.Fatalf("%d timers for %d running handlers, want one", len(sh.timers), len(sh.running))
+	}
+	x.HandlerDone(&sh.running[1], nil, 0.5) // j2 returns; j1 and j3 hang
+	sh.log = nil
+	sh.timers[0]() // j1's time: abandoned
+	if !sh.now.Equal((time.Time{}).Add(timeout)) {
+		t.Fatalf("the timer fired at %s", sh.now)
+	}
+	if len(sh.log) == 0 || sh.log[0] != "before abandon" || len(sh.timers) != 2 {
+		t.Fatalf("at j1's time: log %q, %d timers", sh.log, len(sh.timers))
+	}
+	sh.log = nil
+	sh.timers[1]() // re-armed for j3, not j2 (returned): j3 abandoned at its own time
+	if len(sh.log) == 0 || sh.log[0] != "before abandon" || !sh.now.Equal((time.Time{}).Add(2*time.Minute+timeout)) {
+		t.Fatalf("at j3's time %s: log %q", sh.now, sh.log)
+	}
+	if len(x.finished) != 0 || len(x.overdueIDs) != 2 {
+		t.Fatalf("%d finished, %d overdue kept", len(x.finished), len(x.overdueIDs))
+	}
+	x.HandlerDone(&sh.running[0], nil, 0.5) // late returns
+	x.HandlerDone(&sh.running[2], nil, 0.5)
+	if len(x.overdueIDs) != 0 || len(x.watches[0].run) != 0 {
+		t.Fatalf("after the late returns: %d overdue, %d watched", len(x.overdueIDs), len(x.watches[0].run))
 	}
 }

@@ -59,7 +59,8 @@ type QueueConfig struct {
 	// defaults (see RetryPolicy).
 	Retry RetryPolicy
 	// Timeout is how long a handler of this queue's jobs may run. Its
-	// context is cancelled then, and an error it returns after that
+	// context ends then (up to a 128th of Timeout later: handlers that
+	// start together share one deadline), and an error it returns after that
 	// counts as a timed-out attempt (a *TimeoutError): retried after the
 	// policy's backoff like any failure, and dead-lettered with
 	// ReasonTimedOut once the attempts are spent. A handler that ignores
