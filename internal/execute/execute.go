@@ -49,10 +49,12 @@ type Shell[M Msg] interface {
 	// Now is the time on the shell's clock.
 	Now() time.Time
 	// AfterFunc calls f after d on the shell's clock, on a goroutine of
-	// the shell's choosing, unless stop is called first.
+	// the shell's choosing, unless the Timer is stopped first.
 	AfterFunc(d time.Duration, f func()) Timer
-	// Before is told of a Publish, Ack, Requeue, StartTimer or Drop just
-	// before the executor carries it out.
+	// Before is told of a Publish, Ack, Requeue, StartTimer, Drop, Abandon
+	// or Late just before the executor carries it out (the last three are
+	// only to be told: a shell logs them, and Worker.Run gives an
+	// abandoned handler's pool another goroutine).
 	Before(a Action[M])
 	// After is told how a Publish, Ack or Requeue went: rerouted is the
 	// dead-letter reason of a retry or deferral no hold could take
