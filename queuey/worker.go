@@ -244,8 +244,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			for {
 				select {
 				case g := <-lost:
-					s.x.Step(func(_ *settle.Core[Delivery], acts []coreAction) []coreAction {
-						return s.resume(acts, p, g+1)
+					s.x.Step(func(c *settle.Core[Delivery], acts []coreAction) []coreAction {
+						return s.resume(c, acts, p, g+1)
 					})
 				case <-p.drained:
 					ended <- end{subGen(i, p.gen.Load()), c.Err()}
@@ -446,8 +446,8 @@ func (p *pool) deliver(d Delivery) {
 	if g > p.gen.Load() {
 		// The consumer lost its channel and resumed; this delivery may
 		// have come before the watcher took the news from Lost.
-		s.x.Step(func(_ *settle.Core[Delivery], acts []coreAction) []coreAction {
-			return s.resume(acts, p, g)
+		s.x.Step(func(c *settle.Core[Delivery], acts []coreAction) []coreAction {
+			return s.resume(c, acts, p, g)
 		})
 	}
 	s.x.DeliverDecoded(p.queue, subGen(p.queue, g), d, job, err)
@@ -458,12 +458,11 @@ func (p *pool) deliver(d Delivery) {
 // Both the watcher (from Lost) and a handler (a delivery of a newer
 // channel) call it, inside the executor's Step; whichever comes second
 // does nothing.
-func (s *shell) resume(acts []coreAction, p *pool, gen uint64) []coreAction {
+func (s *shell) resume(core *settle.Core[Delivery], acts []coreAction, p *pool, gen uint64) []coreAction {
 	lost := p.gen.Load()
 	if gen <= lost {
 		return acts
 	}
-	core := s.x.Core()
 	acts = core.ConnectionLost(acts, subGen(p.queue, lost))
 	core.ConnectionUp(subGen(p.queue, gen))
 	p.gen.Store(gen)

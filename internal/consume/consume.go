@@ -108,9 +108,6 @@ func (s *Sub) subscribe(ch Channel) error {
 // the first delivery.
 func (s *Sub) SetMutation(m Mutation) { s.mutate = m }
 
-// Queue is the queue subscribed to.
-func (s *Sub) Queue() string { return s.queue }
-
 // Tag is the consumer tag.
 func (s *Sub) Tag() string { return s.tag }
 

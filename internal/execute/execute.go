@@ -118,11 +118,8 @@ func (x *Executor[M]) Step(f func(core *settle.Core[M], acts []Action[M]) []Acti
 	x.mu.Lock()
 	acts := f(x.core, nil)
 	x.mu.Unlock()
-	x.Exec(acts)
+	x.exec(acts)
 }
-
-// Core is the executor's core. Call its methods only inside Step.
-func (x *Executor[M]) Core() *settle.Core[M] { return x.core }
 
 // Decode decodes m's body as the core's rules do, for DeliverDecoded
 // inside a Step: it needs no lock.
@@ -143,7 +140,7 @@ func (x *Executor[M]) DeliverDecoded(q int, gen workercore.Gen, m M, job envelop
 	x.mu.Lock()
 	acts := x.core.DeliverDecoded(buf[:0], q, gen, m, job, err)
 	x.mu.Unlock()
-	x.Exec(acts)
+	x.exec(acts)
 }
 
 // HandlerDone is the end of the handler a RunHandler action a started:
@@ -187,13 +184,13 @@ func (x *Executor[M]) HandlerDecided(a *Action[M], dec settle.Decision, publish 
 	}
 	acts = x.core.HandlerDecided(acts, a.ID, dec, publish)
 	x.mu.Unlock()
-	x.Exec(acts)
+	x.exec(acts)
 }
 
-// Exec carries out acts in order, on the calling goroutine. The shell is
+// exec carries out acts in order, on the calling goroutine. The shell is
 // handed each action by value: a pointer into acts would make every
 // buffer of actions escape to the heap.
-func (x *Executor[M]) Exec(acts []Action[M]) {
+func (x *Executor[M]) exec(acts []Action[M]) {
 	for i := range acts {
 		a := &acts[i]
 		switch a.Kind {
@@ -245,7 +242,7 @@ func (x *Executor[M]) abandon(id workercore.ID) {
 	x.mu.Lock()
 	acts := x.core.HandlerAbandoned(buf[:0], id, dec, publish)
 	x.mu.Unlock()
-	x.Exec(acts)
+	x.exec(acts)
 }
 
 // timerFired is the end of id's RequeueDelay.
@@ -255,7 +252,7 @@ func (x *Executor[M]) timerFired(id workercore.ID) {
 	delete(x.timers, id)
 	acts := x.core.TimerFired(buf[:0], id)
 	x.mu.Unlock()
-	x.Exec(acts)
+	x.exec(acts)
 }
 
 // publish publishes a's successor (or its malformed body) and reports the
@@ -289,5 +286,5 @@ func (x *Executor[M]) published(id workercore.ID, err error) {
 	x.mu.Lock()
 	acts := x.core.Published(buf[:0], id, err)
 	x.mu.Unlock()
-	x.Exec(acts)
+	x.exec(acts)
 }
