@@ -140,6 +140,21 @@ var (
 	streamArgs43 = append(slices.Clip(streamArgs), "x-stream-filter-size-bytes")
 )
 
+// quorumArgs43 are the quorum queue's arguments on RabbitMQ 4.3, which
+// adds x-consumer-timeout: a quorum queue checks it on redeclaration, and a
+// classic queue, which has no consumer timeout on 4.3, refuses it as
+// another type's key when it is created (observed on 4.3.6; semantics
+// §14). RabbitMQ 4.0 lists it for no type, so both accept it unchecked.
+var quorumArgs43 = append(slices.Clip(quorumArgs), "x-consumer-timeout")
+
+// quorumArgsOf returns the quorum queue's own arguments in release v.
+func quorumArgsOf(v Version) []string {
+	if v == RabbitMQ43 {
+		return quorumArgs43
+	}
+	return quorumArgs
+}
+
 // streamArgsOf returns the stream queue's own arguments in release v.
 func streamArgsOf(v Version) []string {
 	if v == RabbitMQ43 {
@@ -334,17 +349,19 @@ var streamConsumeArgs = []string{"x-stream-offset", "x-stream-filter", "x-stream
 // checkConsumeArgs validates basic.consume's arguments as
 // rabbit_amqqueue:check_consume_arguments does, after the queue's 404 and
 // 405 checks: x-priority must be an integer, and a stream's consumer
-// argument on another queue type is refused; unknown keys are ignored. A
-// valid x-priority is then refused with NOT_IMPLEMENTED: membroker does not
-// model consumer priorities (observed on 4.0.5: the texts below).
-func checkConsumeArgs(q *queue, args amqp.Table) *amqp.Error {
+// argument on another queue type is refused; unknown keys are ignored. On
+// RabbitMQ 4.3 x-consumer-timeout is a quorum queue's consumer argument,
+// which a classic queue refuses (observed on 4.3.6; 4.0.5 ignores it on
+// both). A valid x-priority is then refused with NOT_IMPLEMENTED: membroker
+// does not model consumer priorities (observed on 4.0.5: the texts below).
+func checkConsumeArgs(q *queue, args amqp.Table, ver Version) *amqp.Error {
 	if v, ok := args["x-priority"]; ok {
 		if _, reason := integerOrReason(v); reason != "" {
 			return invalidArg("x-priority", q.name, reason)
 		}
 	}
 	for _, key := range sortedKeys(args) {
-		if slices.Contains(streamConsumeArgs, key) {
+		if slices.Contains(streamConsumeArgs, key) || (key == "x-consumer-timeout" && ver == RabbitMQ43 && !q.isQuorum()) {
 			return preconditionFailed("invalid arg '%s' for queue '%s' in vhost '%s' of queue type %s",
 				key, q.name, vhost, q.cfg.kind.module())
 		}
@@ -392,7 +409,7 @@ func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Tab
 	}
 	own := classicArgs
 	if kind == quorumKind {
-		own = quorumArgs
+		own = quorumArgsOf(v)
 	}
 	checks, streamOwn := declareArgs, streamArgsOf(v)
 	if v == RabbitMQ43 {
@@ -411,7 +428,7 @@ func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Tab
 	// sorted, which is the order RabbitMQ uses whenever it injected
 	// x-queue-type itself.
 	foreign := func(key string) bool {
-		known := slices.Contains(classicArgs, key) || slices.Contains(quorumArgs, key) || slices.Contains(streamOwn, key)
+		known := slices.Contains(classicArgs, key) || slices.Contains(quorumArgsOf(v), key) || slices.Contains(streamOwn, key)
 		return known && !slices.Contains(own, key)
 	}
 	for key := range args {
@@ -484,7 +501,7 @@ func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Tab
 
 // checkEquivalent compares a redeclaration with the existing queue, in the
 // order rabbit_amqqueue:assert_equivalence does after the exclusivity check.
-func checkEquivalent(q *queue, durable, autoDelete bool, args amqp.Table) *amqp.Error {
+func checkEquivalent(q *queue, durable, autoDelete bool, args amqp.Table, v Version) *amqp.Error {
 	if durable != q.durable {
 		return inequivalent("durable", q.name, fmt.Sprintf("'%t'", durable), fmt.Sprintf("'%t'", q.durable))
 	}
@@ -493,7 +510,7 @@ func checkEquivalent(q *queue, durable, autoDelete bool, args amqp.Table) *amqp.
 	}
 	keys := classicArgs
 	if q.cfg.kind == quorumKind {
-		keys = quorumArgs
+		keys = quorumArgsOf(v)
 	}
 	for _, key := range keys {
 		nv, nok := args[key]

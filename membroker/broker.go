@@ -56,7 +56,29 @@ type Config struct {
 	// zero Timing: exact. Negative durations count as 0 (Timing.Validate
 	// reports them).
 	Timing Timing
+	// ConsumerTimeout is the broker's consumer_timeout: how long a
+	// delivery may stay unacknowledged before the broker gives up on its
+	// consumer, unless the queue (x-consumer-timeout, on 4.0 and on a 4.3
+	// quorum queue) or the consumer (x-consumer-timeout, on a 4.3 quorum
+	// queue) sets its own. Defaults to DefaultConsumerTimeout, RabbitMQ's
+	// 30 minutes; a negative value disables it. What the broker then does
+	// depends on the profile: docs/rabbitmq-semantics.md §14.
+	ConsumerTimeout time.Duration
+	// ChannelTick is the RabbitMQ40 profile's channel_tick_interval: a
+	// channel checks its oldest unacknowledged delivery against the
+	// consumer timeout this often, counting from its first unacknowledged
+	// delivery. Defaults to DefaultChannelTick, RabbitMQ's 60 s. The
+	// RabbitMQ43 profile does not use it.
+	ChannelTick time.Duration
 }
+
+// RabbitMQ's defaults for Config.ConsumerTimeout and Config.ChannelTick
+// (deps/rabbit/Makefile at v4.0.5: consumer_timeout 1800000,
+// channel_tick_interval 60000).
+const (
+	DefaultConsumerTimeout = 30 * time.Minute
+	DefaultChannelTick     = 60 * time.Second
+)
 
 // Broker is one in-memory RabbitMQ node with a single virtual host, "/", and
 // the default exchange. It is safe for concurrent use. Every method first
@@ -91,6 +113,10 @@ type Broker struct {
 	routed        []*queue // Publish's scratch for its targets
 	fired         func()   // the timer callback, allocated once
 	observer      func(Event)
+	// consumerTimeout is Config.ConsumerTimeout with its default, 0 when
+	// disabled; tick is Config.ChannelTick with its default.
+	consumerTimeout time.Duration
+	tick            time.Duration
 
 	boxed     map[string]any // see box
 	lastTime  time.Time      // see boxTime
@@ -107,6 +133,16 @@ func New(cfg Config) *Broker {
 		timing: newTiming(cfg.Timing)}
 	b.events.Less = eventBefore
 	b.fired = b.onTimer
+	switch {
+	case cfg.ConsumerTimeout == 0:
+		b.consumerTimeout = DefaultConsumerTimeout
+	case cfg.ConsumerTimeout > 0:
+		b.consumerTimeout = cfg.ConsumerTimeout
+	}
+	b.tick = cfg.ChannelTick
+	if b.tick <= 0 {
+		b.tick = DefaultChannelTick
+	}
 	return b
 }
 

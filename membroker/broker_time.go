@@ -10,8 +10,10 @@ import (
 
 // Event kinds on the virtual-time heap.
 const (
-	evHeadExpiry  = iota // a queue's head message may have expired
-	evQueueExpiry        // a queue's x-expires lease may have run out
+	evHeadExpiry      = iota // a queue's head message may have expired
+	evQueueExpiry            // a queue's x-expires lease may have run out
+	evChannelTick            // a RabbitMQ40 channel's tick (acktimeout.go)
+	evConsumerTimeout        // a RabbitMQ43 quorum consumer's timer (acktimeout.go)
 )
 
 type event struct {
@@ -19,6 +21,8 @@ type event struct {
 	seq  uint64
 	kind int
 	q    *queue
+	ch   *Channel  // evChannelTick, evConsumerTimeout
+	c    *consumer // evConsumerTimeout
 }
 
 // eventBefore orders the virtual-time heap by (deadline, insertion).
@@ -34,6 +38,12 @@ func (b *Broker) schedule(at time.Time, kind int, q *queue) {
 	b.events.Push(event{at: at, seq: b.eventSeq, kind: kind, q: q})
 }
 
+// scheduleFor schedules an event of a channel or a consumer.
+func (b *Broker) scheduleFor(at time.Time, kind int, ch *Channel, c *consumer) {
+	b.eventSeq++
+	b.events.Push(event{at: at, seq: b.eventSeq, kind: kind, ch: ch, c: c})
+}
+
 // advance processes every event due at or before now, each at its own
 // deadline, in (deadline, insertion) order.
 func (b *Broker) advance(now time.Time) {
@@ -41,6 +51,16 @@ func (b *Broker) advance(now time.Time) {
 		ev := b.events.Pop()
 		if ev.at.After(b.now) {
 			b.now = ev.at
+		}
+		switch ev.kind {
+		case evChannelTick:
+			b.channelTick(ev.ch)
+			b.landDeadLetters()
+			continue
+		case evConsumerTimeout:
+			b.consumerTimedOut(ev.c)
+			b.landDeadLetters()
+			continue
 		}
 		q := ev.q
 		if q.deleted {

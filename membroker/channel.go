@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -29,6 +30,8 @@ type Channel struct {
 	lastQueue  string       // for the empty-name shortcut
 	unacked    []pendingAck // by delivery tag
 	consumers  []*consumer
+	tickAt     time.Time   // RabbitMQ40: when its consumer-timeout tick is due; zero if not armed
+	timedOut   []*consumer // RabbitMQ43: consumers the broker cancelled for a timeout, counted until the channel closes
 
 	closeL   []chan *amqp.Error
 	publishL []chan amqp.Confirmation
@@ -127,7 +130,7 @@ func (ch *Channel) QueueDeclare(name string, durable, autoDelete, exclusive, noW
 		if q.owner != owner {
 			return amqp.Queue{}, ch.fail(resourceLocked(name))
 		}
-		if err := checkEquivalent(q, durable, autoDelete, args); err != nil {
+		if err := checkEquivalent(q, durable, autoDelete, args, b.version); err != nil {
 			return amqp.Queue{}, ch.fail(err)
 		}
 		q.lastDecl = declaration{durable: durable, autoDelete: autoDelete, args: append(q.lastDecl.args[:0], fields...), ok: true}
@@ -476,7 +479,21 @@ func (ch *Channel) teardown(err *amqp.Error) {
 		touched = append(touched, c.q)
 	}
 	ch.consumers = nil
+	for _, c := range ch.timedOut {
+		if !c.q.deleted {
+			c.q.removeConsumer(c)
+			b.lastConsumerLeft(c.q)
+			if !slices.Contains(touched, c.q) {
+				touched = append(touched, c.q)
+			}
+		}
+	}
+	ch.timedOut = nil
 	for _, p := range ch.unacked {
+		if p.expired {
+			b.settleExpired(p, false)
+			continue
+		}
 		p.q.unacked--
 		b.releaseGet(p)
 		// A channel going down counts as a failed delivery on quorum queues.

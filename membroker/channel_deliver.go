@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -18,6 +19,10 @@ type pendingAck struct {
 	q   *queue
 	m   *message
 	c   *consumer // nil for basic.get
+	at  time.Time // when it was handed out, for the consumer timeout
+	// expired: the broker timed it out and returned m to q (RabbitMQ43
+	// quorum); the tag stays valid, and settling it is settleExpired.
+	expired bool
 }
 
 // consumer is one basic.consume subscription.
@@ -37,6 +42,12 @@ type consumer struct {
 	// rabbit_fifo keeps it (status cancelled) until they are, so it still
 	// counts as one of the queue's consumers.
 	lingering bool
+	// The consumer timeout (acktimeout.go), RabbitMQ43 quorum only:
+	// ackTimeout is 0 for none; timerAt is when its timer is armed for,
+	// zero when it is not; timedOut once the broker cancelled it for one.
+	ackTimeout time.Duration
+	timerAt    time.Time
+	timedOut   bool
 }
 
 // Delivery channel sizes. A consumer with a prefetch limit up to
@@ -90,7 +101,7 @@ func (ch *Channel) Consume(queue, consumerTag string, autoAck, exclusive, noLoca
 	if err != nil {
 		return nil, err
 	}
-	if aerr := checkConsumeArgs(q, args); aerr != nil {
+	if aerr := checkConsumeArgs(q, args, b.version); aerr != nil {
 		return nil, ch.fail(aerr)
 	}
 	if q.isQuorum() {
@@ -112,6 +123,9 @@ func (ch *Channel) Consume(queue, consumerTag string, autoAck, exclusive, noLoca
 	}
 	c := &consumer{tag: consumerTag, ch: ch, q: q, autoAck: autoAck, limit: limit,
 		deliveries: make(chan amqp.Delivery, size)}
+	if !autoAck && b.version == RabbitMQ43 {
+		c.ackTimeout = b.ackTimeout43(q, args)
+	}
 	if exclusive {
 		q.exclusiveBy = c
 	}
@@ -301,13 +315,14 @@ func (ch *Channel) handOut(d *amqp.Delivery, q *queue, c *consumer, m *message, 
 	ch.tagSeq++
 	tag := ch.tagSeq
 	if !autoAck {
-		ch.unacked = append(ch.unacked, pendingAck{tag: tag, q: q, m: m, c: c})
+		ch.unacked = append(ch.unacked, pendingAck{tag: tag, q: q, m: m, c: c, at: ch.b.now})
 		q.unacked++
 		if c != nil {
 			c.unacked++
 		} else if q.isQuorum() {
 			q.getHolders++
 		}
+		ch.b.armAckTimeout(ch, c)
 	}
 	p := &m.pub
 	// Classic: the is_delivered flag. Quorum: add_delivery_count_header's
@@ -448,6 +463,10 @@ func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
 		settling = discardOrder(settling)
 	}
 	for _, p := range settling {
+		if p.expired {
+			b.settleExpired(p, op == settleAck)
+			continue
+		}
 		p.q.unacked--
 		b.touch(p.q)
 		if p.c != nil {

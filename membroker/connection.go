@@ -24,6 +24,17 @@ type Connection struct {
 	out []outItem
 }
 
+// ServerVersion is the release the broker models, as RabbitMQ reports it in
+// connection.start's server properties (amqp091's
+// Connection.Properties["version"]): "4.0.5" for RabbitMQ40, "4.3.6" for
+// RabbitMQ43, the releases the conformance suite holds each profile to.
+func (c *Connection) ServerVersion() string {
+	if c.b.version == RabbitMQ40 {
+		return "4.0.5"
+	}
+	return "4.3.6"
+}
+
 // Channel opens a channel, as (*amqp.Connection).Channel does. It returns
 // amqp.ErrClosed on a closed connection.
 func (c *Connection) Channel() (*Channel, error) {

@@ -729,6 +729,17 @@ func (r *Run) Consume(ch Channel, queue, tag string, autoAck, exclusive bool) <-
 	return c
 }
 
+// ConsumeArgs is Consume with basic.consume arguments.
+func (r *Run) ConsumeArgs(ch Channel, queue, tag string, args amqp.Table) <-chan amqp.Delivery {
+	c, err := ch.Consume(queue, tag, false, false, false, false, args)
+	if err != nil {
+		r.Logf("consume %s %s %v: %s", queue, tag, args, describeErr(err))
+		return nil
+	}
+	r.Logf("consume %s %s %v: ok", queue, tag, args)
+	return c
+}
+
 // Cancel cancels a consumer and records an error.
 func (r *Run) Cancel(ch Channel, tag string) {
 	if err := ch.Cancel(tag, false); err != nil {
@@ -842,6 +853,27 @@ func (r *Run) Surplus(c <-chan amqp.Delivery) []amqp.Delivery {
 		}
 		r.Logf("deliver (unexpected) %s", Describe(d))
 		out = append(out, d)
+	}
+}
+
+// CancelsSoFar records the consumer cancellations the broker has sent on
+// ch by now, without waiting for more: for a scenario that has waited past
+// the instant a cancellation would come, where "none" is an observation.
+func (r *Run) CancelsSoFar(ch Channel) {
+	r.target.Poke()
+	st := r.state(ch)
+	for {
+		select {
+		case tag, ok := <-st.cancels:
+			if !ok {
+				r.Logf("cancels: listener closed")
+				return
+			}
+			r.Logf("cancelled by broker: %s", tag)
+		default:
+			r.Logf("cancels: no more")
+			return
+		}
 	}
 }
 
