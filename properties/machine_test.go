@@ -253,7 +253,7 @@ func (m *machine) connectProducer(t rapid.TB) {
 	t.Helper()
 	conn := m.dial(t)
 	var err error
-	if m.producer, err = rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: m.top}); err != nil {
+	if m.producer, err = rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: m.top, ServerVersion: conn.ServerVersion()}); err != nil {
 		t.Fatalf("producer backend: %v", err)
 	}
 	if err := m.producer.Declare(ctx, m.qcfg); err != nil {
@@ -302,7 +302,7 @@ func (m *machine) start(t rapid.TB, w *worker) {
 	}
 	w.conn = m.dial(t)
 	var err error
-	if w.back, err = rabbitmq.New(rabbitmq.Channels(w.conn.Channel), rabbitmq.Options{Topology: m.top}); err != nil {
+	if w.back, err = rabbitmq.New(rabbitmq.Channels(w.conn.Channel), rabbitmq.Options{Topology: m.top, ServerVersion: w.conn.ServerVersion()}); err != nil {
 		t.Fatalf("worker %d backend: %v", w.idx, err)
 	}
 	if err := w.back.Declare(ctx, m.qcfg); err != nil {

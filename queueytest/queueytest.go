@@ -138,7 +138,7 @@ func newHarness(t TB, opts Options, clk clock.Clock, queues []queuey.QueueConfig
 	if opts.Topology.HoldWarmup == 0 {
 		opts.Topology.HoldWarmup = -1
 	}
-	backend, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: opts.Topology})
+	backend, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: opts.Topology, ServerVersion: conn.ServerVersion()})
 	if err != nil {
 		t.Fatalf("queueytest: backend: %v", err)
 	}

@@ -58,6 +58,16 @@ type Options struct {
 	// connection it makes, when the connection reports it (amqp091's do).
 	Blocked <-chan amqp.Blocking
 
+	// ServerVersion is the broker's release as it reports it when a
+	// connection opens: conn.Properties["version"] of an amqp091
+	// connection, conn.ServerVersion() of a membroker one. The backend
+	// needs it on RabbitMQ 4.0, where only a queue argument can raise the
+	// broker's consumer timeout above a job's Timeout
+	// (docs/consumer-timeout.md). A backend made by Connect reads it from
+	// each connection and ignores this field. Defaults to "": unknown, and
+	// queues are declared without that argument.
+	ServerVersion string
+
 	// Logger receives declarations at DEBUG and refused declarations, a
 	// reopened publishing channel and consumers ended by the broker at WARN,
 	// with snake_case attributes (queue, dead_queue, hold_queue, ttl_ms,
@@ -136,6 +146,10 @@ type Backend struct {
 	holdArgs map[holdKey]holdDecl
 
 	tags atomic.Uint64 // consumer tag counter
+
+	// serverVersion is the broker's release ("" if unknown): Options'
+	// for New, the current connection's for Connect.
+	serverVersion func() string
 
 	// blocked is the broker's reason while it blocks publishing (see
 	// Options.Blocked), "" otherwise; stopWatch ends watchBlocked.
@@ -232,6 +246,10 @@ func newBackend(open func() (Channel, error), opts Options, sup *supervisor) (*B
 		now:         time.Now,
 		sleep:       sleepCtx,
 		stopWatch:   make(chan struct{}),
+	}
+	b.serverVersion = func() string { return opts.ServerVersion }
+	if sup != nil {
+		b.serverVersion = sup.serverVersion
 	}
 	go b.supervise(pub)
 	if opts.Blocked != nil {

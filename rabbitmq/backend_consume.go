@@ -155,7 +155,7 @@ func (b *Backend) subscribe(ctx context.Context, queue, tag string, prefetch int
 	if tag == "" {
 		tag = "queuey-" + strconv.FormatUint(b.tags.Add(1), 10)
 	}
-	sub, err := consume.Open(ch, queue, tag, prefetch)
+	sub, err := consume.Open(ch, queue, tag, prefetch, b.consumeArgs(queue))
 	if err != nil {
 		_ = ch.Close()
 		return nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, err)
@@ -368,8 +368,17 @@ func (c *consumer) forward() {
 			break // ours, unsupervised, or the broker cancelled the consumer
 		}
 		_, gen, _, _ := c.sub.Current()
-		c.b.logger.Warn("rabbitmq: consumer lost its channel: resuming on a fresh one",
-			"queue", c.queue, "consumer_tag", c.tag, "gen", gen, "error", err.Error())
+		if ackTimedOut(err) {
+			// The worker settles a job before the limit the backend
+			// asked for: the broker's is lower (a consumer-timeout
+			// policy, or a queue created before queuey set it).
+			c.b.logger.Error("rabbitmq: the broker's consumer timeout closed a consumer's channel before the job's Timeout: "+
+				"its jobs run again at the same attempt; raise the broker's limit (docs/consumer-timeout.md)",
+				"queue", c.queue, "consumer_tag", c.tag, "gen", gen, "error", err.Error())
+		} else {
+			c.b.logger.Warn("rabbitmq: consumer lost its channel: resuming on a fresh one",
+				"queue", c.queue, "consumer_tag", c.tag, "gen", gen, "error", err.Error())
+		}
 		if !c.notifyLost() {
 			err = nil // closed meanwhile
 			break
@@ -480,7 +489,8 @@ func (c *consumer) inClosed(closes chan *amqp.Error) error {
 	case c.cancelled.Load():
 		return nil
 	}
-	return fmt.Errorf("rabbitmq: consumer %s on queue %q cancelled by the broker (was the queue deleted?)", c.tag, c.queue)
+	return fmt.Errorf("rabbitmq: consumer %s on queue %q cancelled by the broker "+
+		"(was the queue deleted, or did a delivery outlast its consumer timeout? docs/consumer-timeout.md)", c.tag, c.queue)
 }
 
 // closedErr is the error for the channel's closing, e being what its

@@ -195,10 +195,18 @@ func (b *Backend) declareOn(open func() (Channel, error), q queuey.QueueConfig) 
 	defer func() { _ = ch.Close() }()
 
 	dead := b.top.DeadQueue(q.Name)
-	args := WorkQueueArgs(q.Type == queuey.Quorum, *q.MaxPriority, dead)
+	args := b.workQueueDeclareArgs(q)
 	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, args); err != nil {
-		b.logger.Warn("rabbitmq: queue declaration refused", "queue", q.Name, "type", q.Type.String(), "error", err)
-		return true, fmt.Errorf("rabbitmq: declare queue %q (%s): %w", q.Name, q.Type, err)
+		if !inequivalentAckTimeout(err) {
+			b.logger.Warn("rabbitmq: queue declaration refused", "queue", q.Name, "type", q.Type.String(), "error", err)
+			return true, fmt.Errorf("rabbitmq: declare queue %q (%s): %w", q.Name, q.Type, err)
+		}
+		// Created with another x-consumer-timeout (by queuey on
+		// RabbitMQ 4.0): the consumer argument overrides it on 4.3, so
+		// use the queue as it is. The refusal closed the channel.
+		if ch, err = b.keepQueue(open, ch, q.Name); err != nil {
+			return true, fmt.Errorf("rabbitmq: declare queue %q (%s): %w", q.Name, q.Type, err)
+		}
 	}
 	b.logger.Debug("rabbitmq: declared queue", "queue", q.Name, "type", q.Type.String(), "max_priority", int(*q.MaxPriority))
 	if !b.top.ClassicHolds {
@@ -225,6 +233,22 @@ func (b *Backend) declareOn(open func() (Channel, error), q queuey.QueueConfig) 
 	}
 	b.logger.Debug("rabbitmq: declared dead-letter queue", "queue", q.Name, "dead_queue", dead)
 	return false, nil
+}
+
+// keepQueue checks on a fresh channel that queue exists after a
+// declaration refused only over x-consumer-timeout, and returns that
+// channel; old, closed by the refusal, is closed again harmlessly.
+func (b *Backend) keepQueue(open func() (Channel, error), old Channel, queue string) (Channel, error) {
+	_ = old.Close()
+	ch, err := open()
+	if err != nil {
+		return old, err
+	}
+	if _, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
+		return ch, err
+	}
+	b.logger.Debug("rabbitmq: queue kept with its own x-consumer-timeout", "queue", queue)
+	return ch, nil
 }
 
 // declareLadder declares queue's relay queue and ladder rungs on ch, the

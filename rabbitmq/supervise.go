@@ -55,6 +55,27 @@ func (a adapted[C, K]) NotifyClose(r chan *amqp.Error) chan *amqp.Error { return
 func (a adapted[C, K]) IsClosed() bool                                  { return a.k.IsClosed() }
 func (a adapted[C, K]) Close() error                                    { return a.k.Close() }
 
+// ServerVersion is the broker's release as the connection reports it
+// (membroker's do; DialAMQP's read amqp091's Properties["version"]), ""
+// if it cannot tell.
+func (a adapted[C, K]) ServerVersion() string { return serverVersionOf(a.k) }
+
+// serverVersionOf is k's ServerVersion, if it has one.
+func serverVersionOf(k any) string {
+	if v, ok := k.(interface{ ServerVersion() string }); ok {
+		return v.ServerVersion()
+	}
+	return ""
+}
+
+// amqpConn is an amqp091 connection that tells its broker's release.
+type amqpConn struct{ *amqp.Connection }
+
+func (c amqpConn) ServerVersion() string {
+	v, _ := c.Properties["version"].(string)
+	return v
+}
+
 // NotifyBlocked is the connection's, if it has one (amqp091's does); nil
 // otherwise.
 func (a adapted[C, K]) NotifyBlocked(r chan amqp.Blocking) chan amqp.Blocking {
@@ -105,7 +126,7 @@ func DialAMQP(cfg amqp.Config) Dialer {
 		if err != nil {
 			return nil, err
 		}
-		return AdaptConn[*amqp.Channel](conn), nil
+		return AdaptConn[*amqp.Channel](amqpConn{conn}), nil
 	}
 }
 
@@ -333,6 +354,7 @@ type supervisor struct {
 	conn    Conn          // nil while down
 	gen     uint64        // of conn, or of the last one
 	url     string        // conn's, redacted
+	version string        // conn's broker release, or the last one's; "" if unknown
 	up      chan struct{} // closed while conn is up; replaced when it goes
 	down    chan struct{} // closed when conn goes; replaced when one is up
 	closes  chan *amqp.Error
@@ -550,11 +572,20 @@ func fatal(err error) bool {
 	return false
 }
 
+// serverVersion is the current connection's broker release, or the last
+// one's while down; "" if unknown.
+func (s *supervisor) serverVersion() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
 // setUp makes conn the current connection, and reports it.
 func (s *supervisor) setUp(conn Conn, ev redial.Event) {
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
 	s.mu.Lock()
 	s.conn, s.closes = conn, closes
+	s.version = serverVersionOf(conn)
 	s.gen = ev.Gen
 	shown := s.url
 	close(s.up)

@@ -55,6 +55,7 @@ type Sub struct {
 	queue    string
 	tag      string
 	prefetch int
+	args     amqp.Table // basic.consume's arguments; never modified
 	mutate   Mutation
 
 	mu     sync.Mutex
@@ -65,10 +66,11 @@ type Sub struct {
 }
 
 // Open subscribes to queue on ch as tag: Qos(prefetch, 0, false), a
-// NotifyClose listener, and basic.consume with manual acknowledgements.
-// The channel is generation 1.
-func Open(ch Channel, queue, tag string, prefetch int) (*Sub, error) {
-	s := &Sub{queue: queue, tag: tag, prefetch: prefetch}
+// NotifyClose listener, and basic.consume with manual acknowledgements and
+// args (nil for none; Resume sends them again). The channel is
+// generation 1.
+func Open(ch Channel, queue, tag string, prefetch int, args amqp.Table) (*Sub, error) {
+	s := &Sub{queue: queue, tag: tag, prefetch: prefetch, args: args}
 	if err := s.subscribe(ch); err != nil {
 		return nil, err
 	}
@@ -93,7 +95,7 @@ func (s *Sub) subscribe(ch Channel) error {
 		return fmt.Errorf("qos %d: %w", s.prefetch, err)
 	}
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
-	in, err := ch.Consume(s.queue, s.tag, false, false, false, false, nil)
+	in, err := ch.Consume(s.queue, s.tag, false, false, false, false, s.args)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func setup(t *testing.T, bodies ...string) (*membroker.Broker, *membroker.Connec
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(sch, "q", "c1", 10)
+	s, err := Open(sch, "q", "c1", 10, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestOpenFailsOnAMissingQueue(t *testing.T) {
 	b := membroker.New(membroker.Config{})
 	conn, _ := b.Dial()
 	ch, _ := conn.Channel()
-	if _, err := Open(ch, "missing", "c1", 1); err == nil {
+	if _, err := Open(ch, "missing", "c1", 1, nil); err == nil {
 		t.Fatal("subscribed to a queue that does not exist")
 	}
 }

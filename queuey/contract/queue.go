@@ -67,10 +67,10 @@ type QueueConfig struct {
 	// its context and has not returned AbandonGrace later is abandoned:
 	// its job is settled as timed out, and what it returns in the end is
 	// dropped, so no job outlives its attempts however its handler
-	// behaves. Keep it below the broker's consumer timeout (RabbitMQ's
-	// consumer_timeout, 30 minutes by default: docs/rabbitmq-semantics.md
-	// §14), or the broker takes the delivery back first. Defaults to DefaultTimeout, 10 minutes;
-	// Validate refuses a negative one.
+	// behaves. The rabbitmq backend asks the broker for a consumer
+	// timeout above that, where the release allows it; where it does not,
+	// docs/consumer-timeout.md says what to configure. Defaults to
+	// DefaultTimeout, 10 minutes; Validate refuses a negative one.
 	Timeout time.Duration
 }
 
