@@ -88,6 +88,11 @@ func scenarioGen() *rapid.Generator[sim.Scenario] {
 		// A fresh broker, where the workers create the ladder, or one an
 		// earlier deployment left (drawn last, as timing is).
 		s.Topology.Fresh = rapid.Bool().Draw(t, "fresh")
+		// Long jobs (drawn last, as timing is): a handler timeout, handlers
+		// that ignore their context, and heavy-tailed runs.
+		for i := range s.Queues {
+			longJobsGen(t, &s.Queues[i])
+		}
 		return s
 	})
 }
@@ -139,6 +144,20 @@ func queueGen(t *rapid.T, i, dur int) sim.Queue {
 		Correlation: rapid.SampledFrom([]string{sim.PerAttempt, sim.PerJob}).Draw(t, "correlation"),
 	}
 	return q
+}
+
+// longJobsGen draws q's handler timeout (the default, 10 minutes, or
+// shorter than some runs), the fraction of runs whose handler ignores its
+// context, and perhaps a heavy-tailed (Pareto) handler in place of the
+// one drawn before.
+func longJobsGen(t *rapid.T, q *sim.Queue) {
+	q.Timeout = rapid.SampledFrom([]sim.Duration{0, ticks(5), ticks(10), ticks(20)}).Draw(t, "timeout")
+	q.Outcome.IgnoreContext = fraction(t, "ignore_context", 25, 4)
+	if rapid.Bool().Draw(t, "pareto") {
+		q.Outcome.Handler = sim.Dist{Dist: sim.DistPareto,
+			Mean:  ticks(rapid.IntRange(1, 20).Draw(t, "pareto_mean_ticks")),
+			Alpha: rapid.SampledFrom([]float64{1.1, 1.5, 2.5}).Draw(t, "pareto_alpha")}
+	}
 }
 
 // arrivalGen draws one arrival process; dur is the scenario's duration in

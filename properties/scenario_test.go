@@ -11,6 +11,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	simsabotage "github.com/queuey/queuey/internal/sabotage"
 	"github.com/queuey/queuey/sim"
 )
 
@@ -185,5 +186,41 @@ func TestScenarioPropertyCatchesTheLegacyTopology(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the failure report lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// With a worker that ignores its handlers' timeout (sabotage
+// WorkerIgnoresTimeout), long handlers outlast the broker's consumer
+// timeout, the broker takes their jobs back, and rapid finds a violation of
+// invariant 11 (no job runs more than its attempts allow). The scenarios
+// are the property's own, with long jobs forced: a 1 s timeout, handlers
+// that ignore it, Pareto runs of 20 s on average, and 10 minutes of drain.
+func TestScenarioPropertyCatchesAWorkerIgnoringItsTimeout(t *testing.T) {
+	long := rapid.Map(scenarioGen(), func(s sim.Scenario) sim.Scenario {
+		s.Drain = sim.Duration(10 * time.Minute)
+		for i := range s.Queues {
+			q := &s.Queues[i]
+			q.Timeout = sim.Duration(time.Second)
+			q.Outcome.IgnoreContext = 1
+			q.Outcome.Handler = sim.Dist{Dist: sim.DistPareto, Mean: sim.Duration(20 * time.Second), Alpha: 1.1}
+		}
+		return s
+	})
+	out := expectRapidFailure(t, func(t *rapid.T) {
+		s := long.Draw(t, "scenario")
+		c, cancel := context.WithTimeout(context.Background(), runTimeout)
+		defer cancel()
+		res, err := sim.Run(c, s, sim.Options{Sabotage: simsabotage.WorkerIgnoresTimeout})
+		if err != nil || c.Err() != nil {
+			return
+		}
+		for _, v := range res.Violations {
+			if v.Invariant == 11 {
+				t.Fatal(violationReport(s, res))
+			}
+		}
+	})
+	if !strings.Contains(out, "invariant 11 (no job runs more than its attempts allow) violated") {
+		t.Errorf("the failure report lacks invariant 11:\n%s", out)
 	}
 }

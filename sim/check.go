@@ -574,6 +574,26 @@ func (r *runner) checkDelivered(j *job, env queuey.Envelope, d queuey.Delivery) 
 	}
 }
 
+// checkRun checks a handler run of j as env (11): never past the retry
+// policy's attempts, and never again at the attempt and deferrals of the
+// run before unless the job went back to its queue unsettled (a crash, a
+// dropped connection, a requeue the worker asked for) as often. A broker
+// that takes back a delivery a handler still runs (its consumer timeout)
+// makes such a repeat with nothing to explain it.
+func (r *runner) checkRun(j *job, env queuey.Envelope) {
+	if max := j.q.cfg.Retry.MaxAttempts; max > 0 && env.Attempt > max {
+		r.violate(invAttemptsBounded, j, fmt.Sprintf("ran at attempt %d of %d", env.Attempt, max))
+	}
+	if j.ran && env.Attempt == j.lastAttempt && env.Deferrals == j.lastDefers {
+		j.repeats++
+		if j.repeats > j.explain+j.requeues {
+			r.violate(invAttemptsBounded, j, fmt.Sprintf("ran at attempt %d with %d deferrals %d times over, with %d requeues to explain it",
+				env.Attempt, env.Deferrals, j.repeats, j.explain+j.requeues))
+		}
+	}
+	j.ran, j.lastAttempt, j.lastDefers = true, env.Attempt, env.Deferrals
+}
+
 // checkDecision checks a settlement against the handler's result (3): a
 // deferral keeps the attempt and ignores the retry policy, a retry spends
 // exactly one attempt, and attempts spent count retryable failures only.

@@ -33,7 +33,7 @@ func (r *runner) startWorker(w *worker) error {
 	}
 	w.conn = conn
 	open := r.channels(conn)
-	w.rb, err = rabbitmq.New(open, rabbitmq.Options{Topology: r.top})
+	w.rb, err = rabbitmq.New(open, rabbitmq.Options{Topology: r.top, ServerVersion: conn.ServerVersion()})
 	if err != nil {
 		return fmt.Errorf("sim: worker backend: %w", err)
 	}
@@ -239,13 +239,72 @@ func (p proc) RunHandler(a simAction) {
 	d.run = j.runs
 	j.runs++
 	d.j, d.n, d.env, d.id, d.qgen, d.timeout = j, n, env, a.ID, a.Gen, a.Delay
+	r.checkRun(j, env)
 	d.out = r.outcomeOf(j, d.run)
-	if to := a.Delay; to > 0 && d.out.duration > to && !d.out.crash {
-		// The simulated handler heeds its context: it returns at its
-		// queue's timeout, and the run counts as timed out.
-		d.out = outcome{result: &queuey.TimeoutError{Timeout: to, Err: context.DeadlineExceeded}, label: "timeout", duration: to}
+	if to := a.Delay; to > 0 && d.out.duration > to {
+		timedOut := outcome{result: &queuey.TimeoutError{Timeout: to, Err: context.DeadlineExceeded}, label: "timeout", duration: to}
+		// A poison handler ignores its context: it crashes the process
+		// when it ends, however long it takes.
+		ignores := d.out.crash || r.draw(n, uint64(d.run), streamIgnore) < j.q.spec.Outcome.IgnoreContext
+		switch {
+		case !ignores:
+			// The handler heeds its context: it returns at its queue's
+			// timeout, and the run counts as timed out.
+			d.out = timedOut
+			r.res.TimedOut++
+		case d.out.duration <= to+queuey.AbandonGrace:
+			// It ignores its context but ends before it is abandoned: an
+			// error after the deadline is a *TimeoutError, as in
+			// Worker.Run. An ordinary failure is then a timed-out
+			// attempt; a deferral or a Fatal inside keeps its meaning.
+			if d.out.result != nil {
+				d.out.result = &queuey.TimeoutError{Timeout: to, Err: d.out.result}
+				if d.out.label == "retry" {
+					d.out.label = "timeout"
+					r.res.TimedOut++
+				}
+			}
+		default:
+			// It runs on: the executor abandons it AbandonGrace after the
+			// timeout and settles the attempt as timed out; what it
+			// returns at last reaches the core, which drops it, or it
+			// crashes the process then.
+			r.clk.afterFire(d.out.duration, &lateReturn{r: r, w: w, gen: w.gen, n: n, crash: d.out.crash,
+				a: simAction{Kind: workercore.RunHandler, ID: a.ID, Gen: a.Gen, Msg: new(simDelivery), Job: env, Delay: to, Queue: a.Queue}})
+			d.out = timedOut
+			r.res.TimedOut++
+			r.res.Abandoned++
+			return
+		}
 	}
 	r.clk.afterFire(d.out.duration, d)
+}
+
+// lateReturn is the return, at last, of a handler the worker abandoned.
+// Its delivery has been settled (and perhaps recycled) since, so it
+// carries a placeholder of its own.
+type lateReturn struct {
+	r     *runner
+	w     *worker
+	gen   int
+	a     simAction
+	n     uint64
+	crash bool // a poison handler: it ends by crashing the process
+}
+
+func (l *lateReturn) fire() {
+	if l.w.gen != l.gen {
+		return // the process died with its handlers
+	}
+	if l.crash {
+		l.r.emit(Event{Kind: EvOutcome, Job: l.n, Queue: l.w.q.spec.Name, Worker: l.w.idx, Attempt: l.a.Job.Attempt,
+			Deferrals: l.a.Job.Deferrals, Detail: "crash (poison) after it was abandoned"})
+		l.r.crash(l.w, "poison job "+strconv.FormatUint(l.n, 10))
+		return
+	}
+	l.r.emit(Event{Kind: EvOutcome, Job: l.n, Queue: l.w.q.spec.Name, Worker: l.w.idx, Attempt: l.a.Job.Attempt,
+		Deferrals: l.a.Job.Deferrals, Detail: "returned after it was abandoned"})
+	l.w.x.HandlerDone(&l.a, nil, 0)
 }
 
 // fire is the end of a delivery's handler run.
@@ -261,6 +320,13 @@ func (r *runner) complete(d *simDelivery) {
 	r.emit(Event{Kind: EvOutcome, Job: d.n, Queue: w.q.spec.Name, Worker: w.idx, Attempt: d.env.Attempt, Deferrals: d.env.Deferrals, Detail: d.out.label})
 	if d.out.crash {
 		r.crash(w, "poison job "+strconv.FormatUint(d.n, 10))
+		return
+	}
+	if r.job(d.n) != d.j && d.sub == w.sub && !d.sub.ch.IsClosed() {
+		// The job ended while this run went on, its delivery still held:
+		// the broker took it back and another run settled it (invariant
+		// 11 has flagged the repeat). Its record may be another job's now.
+		r.violate(invAttemptsBounded, nil, fmt.Sprintf("job %d: a run ended after the job had ended elsewhere", d.n))
 		return
 	}
 	a := simAction{Kind: workercore.RunHandler, ID: d.id, Gen: d.qgen, Msg: d, Job: d.env, Delay: d.timeout}
@@ -283,10 +349,11 @@ func (p proc) Before(a simAction) {
 		if d.acked {
 			return // a second acknowledgement: only a broken core asks for one
 		}
-		if d.sub != w.sub {
+		if d.sub != w.sub || r.job(d.n) != d.j {
 			// Its connection went before the core heard (it hears as the
-			// process reconnects): the ack fails, and the job, requeued by
-			// the broker, may have ended since and its record been reused.
+			// process reconnects), or the broker closed its channel: the
+			// ack fails, and the job, requeued by the broker, may have
+			// ended since and its record been reused.
 			d.gone = true
 			return
 		}
@@ -501,6 +568,7 @@ func (r *runner) requeued(a *simAction, err error) {
 	}
 	if j != nil {
 		d.sub.release(j.n)
+		j.requeues++
 		r.emit(Event{Kind: EvRequeue, Job: j.n, Queue: d.w.q.spec.Name, Worker: d.w.idx})
 	}
 	r.recycle(d)

@@ -17,6 +17,7 @@ const (
 	invDeadLetterReason                      // 8
 	invReconnectBackoff                      // 9
 	invChannelKept                           // 10
+	invAttemptsBounded                       // 11
 )
 
 // invariants is the registry: each invariant's short name (Violation.Name)
@@ -32,4 +33,5 @@ var invariants = [...]struct{ name, checkedIn string }{
 	invDeadLetterReason: {"dead letters carry the right reason", "check.go (each dead letter), driver.go (malformed bodies)"},
 	invReconnectBackoff: {"reconnection keeps to its backoff", "faults.go (each dial)"},
 	invChannelKept:      {"the broker never closes a worker's channel", "driver.go (each settlement)"},
+	invAttemptsBounded:  {"no job runs more than its attempts allow", "check.go (each handler run)"},
 }

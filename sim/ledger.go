@@ -23,11 +23,17 @@ type job struct {
 	fresh    int // copies on the work queue never delivered from there
 	ended    int // times it reached a terminal state
 	explain  int // requeues after crashes and drops, which may explain a duplicate
-	returns  int // returns that count toward a quorum delivery limit
-	state    string
-	expect   []expectation // successors issued, oldest first
-	holds    []pendingHold
-	deadWant []deadWant
+	requeues int // requeues the worker asked for (a successor it could not publish)
+	// The last run's attempt and deferrals, and how many runs repeated
+	// the one before (invariant 11).
+	ran                     bool
+	lastAttempt, lastDefers int
+	repeats                 int
+	returns                 int // returns that count toward a quorum delivery limit
+	state                   string
+	expect                  []expectation // successors issued, oldest first
+	holds                   []pendingHold
+	deadWant                []deadWant
 	// delivered are expectations met by deliveries the broker made and
 	// the worker has yet to decode.
 	delivered []expectation

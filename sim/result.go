@@ -26,6 +26,11 @@ type Result struct {
 
 	Attempts  Counter `json:"attempts"`  // attempts per job that ended
 	Deferrals int     `json:"deferrals"` // deferrals in all
+	// TimedOut counts handler runs past their queue's Timeout that ended
+	// as timed out, and Abandoned those of them whose handler ignored its
+	// context and was abandoned AbandonGrace later.
+	TimedOut  int `json:"timed_out"`
+	Abandoned int `json:"abandoned"`
 
 	// AddedWait is each hold's release time minus the delay asked for: what
 	// rounding to the granularity (and the broker's expiry) added.
@@ -175,6 +180,7 @@ const (
 	streamJitter
 	streamBroker  // seeds membroker's Timing
 	streamBackoff // reconnection backoff jitter, by process and attempt
+	streamIgnore  // whether a run's handler ignores its context
 )
 
 func splitmix(x uint64) uint64 {
@@ -203,6 +209,11 @@ func (d Dist) draw(u float64) time.Duration {
 		return d.Min.D() + time.Duration(u*float64(d.Max.D()-d.Min.D()))
 	case DistExponential:
 		return time.Duration(-math.Log1p(-u) * float64(d.Mean.D()))
+	case DistPareto:
+		// Scale x_m = mean·(α−1)/α; the inverse CDF is x_m·(1−u)^(−1/α).
+		a := d.Alpha
+		xm := float64(d.Mean.D()) * (a - 1) / a
+		return time.Duration(xm * math.Pow(1-u, -1/a))
 	}
 	return d.Value.D()
 }

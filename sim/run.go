@@ -12,6 +12,7 @@ import (
 	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/execute"
 	"github.com/queuey/queuey/internal/redial"
+	"github.com/queuey/queuey/internal/sabotage"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/membroker"
@@ -38,6 +39,10 @@ type Options struct {
 	// as a Legacy one, is better off without. Defaults to false.
 	NoExcerpts bool
 
+	// Sabotage breaks queuey on purpose, for the property tests that
+	// prove a check fires (internal/sabotage). Defaults to sabotage.None.
+	Sabotage sabotage.Kind
+
 	mutate mutation // tests only: break queuey on purpose to prove a check fires
 }
 
@@ -60,6 +65,7 @@ const (
 	mutAckTwice                   // the worker core asks for every acknowledgement twice
 	mutAckTwiceUnguarded          // mutAckTwice, and the consumer's core lets the second reach the broker
 	mutIgnoreStale                // the consumer's core never calls a delivery stale
+	mutIgnoreTimeout              // the worker core runs handlers without their timeout
 )
 
 // keepsDeliveries says that a delivery may be settled again after its
@@ -89,6 +95,8 @@ func (m mutation) coreMutation() workercore.Mutation {
 		return workercore.MutSettleStale
 	case mutAckTwice, mutAckTwiceUnguarded:
 		return workercore.MutAckTwice
+	case mutIgnoreTimeout:
+		return workercore.MutIgnoreTimeout
 	}
 	return workercore.MutNone
 }
@@ -111,6 +119,9 @@ func Run(ctx context.Context, s Scenario, opts Options) (*Result, error) {
 	s = s.WithDefaults()
 	if opts.MaxViolations == 0 {
 		opts.MaxViolations = 20
+	}
+	if opts.Sabotage == sabotage.WorkerIgnoresTimeout {
+		opts.mutate = mutIgnoreTimeout
 	}
 	res, err := runOnce(ctx, s, opts, nil)
 	if err != nil || len(res.Violations) == 0 || opts.NoExcerpts {
@@ -454,7 +465,7 @@ func (r *runner) deployBefore() error {
 	if err != nil {
 		return err
 	}
-	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: r.top})
+	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: r.top, ServerVersion: conn.ServerVersion()})
 	if err != nil {
 		return fmt.Errorf("sim: the earlier deployment's backend: %w", err)
 	}

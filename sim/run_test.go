@@ -316,6 +316,10 @@ func TestChecksHaveTeeth(t *testing.T) {
 		// The reconnection loop's shell, as rabbitmq.Connect's supervisor
 		// runs it.
 		{"a process redials before its backoff is over", mutDialStorm, 9},
+		// The worker core without its timeout: the broker takes back the
+		// delivery of a handler that outlasts its consumer timeout.
+		{"the worker ignores its timeout (4.0, classic)", mutIgnoreTimeout, 11},
+		{"the worker ignores its timeout (4.3, quorum)", mutIgnoreTimeout, 11},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := mixed("classic", "RabbitMQ40")
@@ -329,6 +333,12 @@ func TestChecksHaveTeeth(t *testing.T) {
 			}
 			if c.mut == mutDialStorm {
 				s.Faults = append(s.Faults, Fault{At: dur(30 * time.Second), Kind: FaultOutage, For: dur(10 * time.Second)})
+			}
+			if c.mut == mutIgnoreTimeout {
+				s = longJobs("classic", "RabbitMQ40")
+				if strings.Contains(c.name, "4.3") {
+					s = longJobs("quorum", "RabbitMQ43")
+				}
 			}
 			res, _ := run(t, s, Options{mutate: c.mut})
 			for _, v := range res.Violations {
@@ -579,5 +589,52 @@ func TestHandlersPastTheTimeoutAreTimedOutAttempts(t *testing.T) {
 	}
 	if !strings.Contains(trace, "dead-letter job=1 queue=jobs attempt=2 timed out") || res.Jobs.DeadLettered != 1 || res.Jobs.Succeeded != 1 {
 		t.Fatalf("jobs %+v; the trace:\n%s", res.Jobs, trace)
+	}
+}
+
+// longJobs is a workload of long jobs: heavy-tailed handler runs (Pareto,
+// mean 10 s), a third of them past the 5 s Timeout, half of those from
+// handlers that ignore their context and are abandoned; with a crash and
+// a dropped connection.
+func longJobs(queueType, profile string) Scenario {
+	return Scenario{
+		Name: "long jobs", Seed: 11, Duration: dur(2 * time.Minute), Drain: dur(30 * time.Minute), Profile: profile,
+		Queues: []Queue{{
+			Type: queueType, Workers: 3, Prefetch: 5, Timeout: dur(5 * time.Second),
+			Retry:    Retry{Base: dur(time.Second), Cap: dur(10 * time.Second), MaxAttempts: 3},
+			Arrivals: []Arrival{{Process: ArrivalPoisson, Rate: 5}},
+			Outcome: Outcome{
+				Retryable: 0.1, IgnoreContext: 0.5,
+				Handler: Dist{Dist: DistPareto, Mean: dur(10 * time.Second), Alpha: 1.1},
+			},
+		}},
+		Faults: []Fault{
+			{At: dur(20 * time.Second), Kind: FaultCrash, Worker: 1, Restart: dur(2 * time.Second)},
+			{At: dur(40 * time.Second), Kind: FaultDrop, Worker: 2},
+		},
+	}
+}
+
+// Handlers that run past their timeout, some ignoring their context, on
+// both profiles and queue types: every job ends within its attempts, and
+// no run repeats one the broker took back (invariant 11). The abandoned
+// handlers' late returns are dropped.
+func TestLongJobsRunNoMoreThanTheirAttempts(t *testing.T) {
+	for _, profile := range []string{"RabbitMQ40", "RabbitMQ43"} {
+		for _, typ := range []string{"classic", "quorum"} {
+			t.Run(profile+"/"+typ, func(t *testing.T) {
+				res, trace := run(t, longJobs(typ, profile), Options{})
+				requireNoViolations(t, res)
+				late := strings.Count(trace, "returned after it was abandoned")
+				timedOut := strings.Count(trace, " timeout")
+				if late == 0 || timedOut <= late {
+					t.Fatalf("%d abandoned handlers returned, %d runs timed out: want both, more timed out", late, timedOut)
+				}
+				if !strings.Contains(trace, "timed out") {
+					t.Fatal("no job dead-lettered as timed out")
+				}
+				t.Logf("%d runs timed out, %d of them abandoned; jobs %+v", timedOut, late, res.Jobs)
+			})
+		}
 	}
 }

@@ -203,6 +203,9 @@ type Queue struct {
 	// Prefetch per worker, which is also how many handlers a worker runs
 	// at once. Defaults to 10.
 	Prefetch int `json:"prefetch,omitempty"`
+	// Timeout is the queue's handler timeout (queuey.QueueConfig.Timeout).
+	// Defaults to queuey's, 10 minutes.
+	Timeout Duration `json:"timeout,omitempty"`
 	// Arrivals are the processes enqueueing jobs. At least one.
 	Arrivals []Arrival `json:"arrivals"`
 	// Outcome says what each handler run does.
@@ -291,6 +294,11 @@ type Outcome struct {
 	// Malformed fraction of arrivals published as bodies that are not a
 	// queuey envelope.
 	Malformed float64 `json:"malformed,omitempty"`
+	// IgnoreContext fraction of runs whose handler ignores its context: a
+	// run longer than the queue's Timeout goes on for its whole drawn
+	// duration, and the worker abandons it (queuey.AbandonGrace after the
+	// timeout). The other handlers return at the timeout. Drawn per run.
+	IgnoreContext float64 `json:"ignore_context,omitempty"`
 }
 
 // Distributions.
@@ -298,16 +306,22 @@ const (
 	DistConstant    = "constant"    // always Value
 	DistUniform     = "uniform"     // uniform in [Min, Max]
 	DistExponential = "exponential" // exponential with mean Mean
+	// DistPareto is heavy-tailed: Pareto with mean Mean and shape Alpha
+	// (default 1.5; it must exceed 1 for the mean to exist). Most runs are
+	// short, and a few are many times the mean: the long jobs a handler
+	// timeout is for.
+	DistPareto = "pareto"
 )
 
 // Dist is a distribution of durations.
 type Dist struct {
-	// Dist is "constant" (default), "uniform" or "exponential".
+	// Dist is "constant" (default), "uniform", "exponential" or "pareto".
 	Dist  string   `json:"dist,omitempty"`
 	Value Duration `json:"value,omitempty"`
 	Min   Duration `json:"min,omitempty"`
 	Max   Duration `json:"max,omitempty"`
 	Mean  Duration `json:"mean,omitempty"`
+	Alpha float64  `json:"alpha,omitempty"`
 }
 
 // Fault kinds.

@@ -158,6 +158,9 @@ func (d Dist) withDefaults() Dist {
 	if d.Dist == "" {
 		d.Dist = DistConstant
 	}
+	if d.Dist == DistPareto && d.Alpha == 0 {
+		d.Alpha = 1.5
+	}
 	return d
 }
 
@@ -230,6 +233,9 @@ func (s Scenario) Validate() error {
 		}
 		if q.Prefetch < 1 || q.Prefetch > 2000 {
 			return fieldErr(p+".prefetch", "must be within 1..2000, got %d", q.Prefetch)
+		}
+		if q.Timeout < 0 {
+			return fieldErr(p+".timeout", "must not be negative, got %s", q.Timeout.D())
 		}
 		if err := cfg.Validate(); err != nil {
 			return fieldErr(p+".retry", "%v", strings.TrimPrefix(err.Error(), "queuey: "))
@@ -350,7 +356,7 @@ func (o Outcome) validate(p string) error {
 	rates := []struct {
 		name string
 		v    float64
-	}{{"retryable", o.Retryable}, {"fatal", o.Fatal}, {"rate_limited", o.RateLimited}, {"poison", o.Poison}, {"malformed", o.Malformed}}
+	}{{"retryable", o.Retryable}, {"fatal", o.Fatal}, {"rate_limited", o.RateLimited}, {"poison", o.Poison}, {"malformed", o.Malformed}, {"ignore_context", o.IgnoreContext}}
 	for _, r := range rates {
 		if !(r.v >= 0 && r.v <= 1) {
 			return fieldErr(p+"."+r.name, "must be a fraction within 0..1, got %v", r.v)
@@ -383,8 +389,15 @@ func (d Dist) validate(p string) error {
 		if d.Mean <= 0 {
 			return fieldErr(p+".mean", "must be positive, got %s", d.Mean.D())
 		}
+	case DistPareto:
+		if d.Mean <= 0 {
+			return fieldErr(p+".mean", "must be positive, got %s", d.Mean.D())
+		}
+		if !(d.Alpha > 1) {
+			return fieldErr(p+".alpha", "must be over 1, got %g", d.Alpha)
+		}
 	default:
-		return fieldErr(p+".dist", "unknown distribution %q: want constant, uniform or exponential", d.Dist)
+		return fieldErr(p+".dist", "unknown distribution %q: want constant, uniform, exponential or pareto", d.Dist)
 	}
 	return nil
 }
@@ -430,7 +443,7 @@ func (q Queue) config() (queuey.QueueConfig, error) {
 		mp = min(max(*q.MaxPriority, 0), 255)
 	}
 	return queuey.QueueConfig{
-		Name: q.Name, Type: typ, Prefetch: q.Prefetch, MaxPriority: new(uint8(mp)),
+		Name: q.Name, Type: typ, Prefetch: q.Prefetch, MaxPriority: new(uint8(mp)), Timeout: q.Timeout.D(),
 		Retry: queuey.RetryPolicy{Base: q.Retry.Base.D(), Cap: q.Retry.Cap.D(), MaxAttempts: q.Retry.MaxAttempts, Jitter: j},
 	}.WithDefaults(), nil
 }

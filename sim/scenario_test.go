@@ -37,7 +37,7 @@ func TestLoadRefusesBadScenarios(t *testing.T) {
 		{`{"duration":"1m","queues":[{"prefetch":-1,"arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].prefetch", "within 1..2000"},
 		{`{"duration":"1m","queues":[{"outcome":{"retryable":0.8,"fatal":0.3},"arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].outcome", "over 1"},
 		{`{"duration":"1m","queues":[{"outcome":{"fatal":-0.1},"arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].outcome.fatal", "within 0..1"},
-		{`{"duration":"1m","queues":[{"outcome":{"handler":{"dist":"pareto"}},"arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].outcome.handler.dist", `unknown distribution "pareto"`},
+		{`{"duration":"1m","queues":[{"outcome":{"handler":{"dist":"weibull"}},"arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].outcome.handler.dist", `unknown distribution "weibull"`},
 		{`{"duration":"1m","queues":[{"retry":{"base":"1m","cap":"1s"},"arrivals":[{"process":"constant","rate":1}]}]}`, "queues[0].retry", "Cap"},
 		{`{"duration":"1m","queues":[{"arrivals":[{"process":"replay","jobs":[{"at":"1s","outcomes":["maybe"]}]}]}]}`, "queues[0].arrivals[0].jobs[0].outcomes[0]", `unknown outcome "maybe"`},
 		{`{"duration":"1m",` + q + `,"faults":[{"at":"1s","kind":"meteor"}]}`, "faults[0].kind", `unknown fault "meteor"`},

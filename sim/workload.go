@@ -156,7 +156,7 @@ func (r *runner) connectProducer() error {
 		return fmt.Errorf("sim: producer connection: %w", err)
 	}
 	r.producerConn = conn
-	if r.producerBack, err = rabbitmq.New(r.channels(conn), rabbitmq.Options{Topology: r.top}); err != nil {
+	if r.producerBack, err = rabbitmq.New(r.channels(conn), rabbitmq.Options{Topology: r.top, ServerVersion: conn.ServerVersion()}); err != nil {
 		return fmt.Errorf("sim: producer backend: %w", err)
 	}
 	backendhook.SetClock(r.producerBack, r.clk.Now, notRipeYet)

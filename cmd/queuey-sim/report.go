@@ -67,7 +67,11 @@ type rowReport struct {
 	Jobs              sim.JobCounts  `json:"jobs"`
 	DeadByReason      map[string]int `json:"dead_by_reason"`
 	Deferrals         int            `json:"deferrals"`
-	Violations        int            `json:"violations"`
+	// TimedOut counts handler runs that overran their queue's Timeout,
+	// Abandoned those of them the worker abandoned (sim.Result).
+	TimedOut   int `json:"timed_out"`
+	Abandoned  int `json:"abandoned"`
+	Violations int `json:"violations"`
 	// ViolationsByInvariant counts the violations by invariant number.
 	ViolationsByInvariant map[string]int `json:"violations_by_invariant"`
 	// ExpectedViolations are the legacy row's invariant-2 violations: its
@@ -114,7 +118,7 @@ func newRowReport(r row) rowReport {
 		HoldQueuesPeak: res.HoldQueuesPeak, HoldQueuesMean: res.HoldQueuesMean, HoldQueuesCreated: res.HoldQueuesCreated,
 		HoldDeclarations: res.HoldDeclarations, DeclarationsPerSecond: res.DeclarationsPerSecond, RelaysPerSecond: res.RelaysPerSecond,
 		AddedWait: res.RetryAddedWait.Summary(), DeferredAddedWait: res.DeferredAddedWait.Summary(), DeferredWait: res.DeferredWait.Summary(), BacklogWait: res.BacklogWait.Summary(),
-		Jobs: res.Jobs, DeadByReason: res.DeadByReason, Deferrals: res.Deferrals,
+		Jobs: res.Jobs, DeadByReason: res.DeadByReason, Deferrals: res.Deferrals, TimedOut: res.TimedOut, Abandoned: res.Abandoned,
 		Violations: res.ViolationCount, ViolationsByInvariant: map[string]int{}, TraceHash: res.TraceHash,
 	}
 	for inv, n := range r.byInvariant {
@@ -248,6 +252,8 @@ added wait: a retry's hold, its release minus the delay asked for (the rounding 
   granularity, the broker's timer slack, and on the ladder each relay's).
 deferred wait: a released deferral's time from its release to its delivery;
 backlog wait: a new job's time from enqueue to its first delivery (both p50 and p99).
+timed out: handler runs past their queue's Timeout, a failed attempt each; abandoned: those
+  whose handler ignored its context, settled AbandonGrace (5s) later without it.
 lost: confirmed jobs the broker dropped: with a hold queue that expired while they were in it,
   or in a restart or kill fault of the scenario.
 invariant violations must be 0.
@@ -275,19 +281,28 @@ func tableRow(r rowReport) []string {
 		fmtDur(r.AddedWait.P50), fmtDur(r.AddedWait.P99), fmtDur(r.AddedWait.Max),
 		fmtDur(r.DeferredWait.P50), fmtDur(r.DeferredWait.P99),
 		fmtDur(r.BacklogWait.P50), fmtDur(r.BacklogWait.P99),
-		strconv.Itoa(r.Jobs.DeadLettered), strconv.Itoa(r.Jobs.Lost), viol,
+		fmtTimedOut(r), strconv.Itoa(r.Jobs.DeadLettered), strconv.Itoa(r.Jobs.Lost), viol,
 	}
+}
+
+// fmtTimedOut is the timed-out runs cell: how many, and how many of them
+// were abandoned.
+func fmtTimedOut(r rowReport) string {
+	if r.Abandoned == 0 {
+		return strconv.Itoa(r.TimedOut)
+	}
+	return fmt.Sprintf("%d (%d abandoned)", r.TimedOut, r.Abandoned)
 }
 
 // newTable returns the sweep table's columns and their group headers.
 func newTable() *table {
 	return &table{
-		heads: []string{"granularity", "peak", "mean", "per second", "p50", "p99", "max", "p50", "p99", "p50", "p99", "dead-lettered", "lost", "violations"},
+		heads: []string{"granularity", "peak", "mean", "per second", "p50", "p99", "max", "p50", "p99", "p50", "p99", "timed out", "dead-lettered", "lost", "violations"},
 		groups: []group{
 			{"retry", 0, 1}, {"hold queues", 1, 3}, {"decl./relays", 3, 4}, {"added wait", 4, 7},
-			{"deferred wait", 7, 9}, {"backlog wait", 9, 11}, {"jobs", 11, 13}, {"invariant", 13, 14},
+			{"deferred wait", 7, 9}, {"backlog wait", 9, 11}, {"runs", 11, 12}, {"jobs", 12, 14}, {"invariant", 14, 15},
 		},
-		leftCols: map[int]bool{0: true, 13: true},
+		leftCols: map[int]bool{0: true, 14: true},
 	}
 }
 
@@ -299,7 +314,7 @@ func writeCSV(w io.Writer, rep *report) error {
 		"hold_queues_peak", "hold_queues_mean", "declarations_per_second", "relays_per_second",
 		"added_wait_p50_ms", "added_wait_p99_ms", "added_wait_max_ms",
 		"deferred_wait_p50_ms", "deferred_wait_p99_ms", "backlog_wait_p50_ms", "backlog_wait_p99_ms",
-		"dead_lettered", "lost", "violations", "expected_violations", "trace_hash",
+		"timed_out", "abandoned", "dead_lettered", "lost", "violations", "expected_violations", "trace_hash",
 	}); err != nil {
 		return err
 	}
@@ -309,6 +324,7 @@ func writeCSV(w io.Writer, rep *report) error {
 			strconv.Itoa(r.HoldQueuesPeak), fmtFloat(r.HoldQueuesMean), fmtFloat(r.DeclarationsPerSecond), fmtFloat(r.RelaysPerSecond),
 			ms(r.AddedWait.P50), ms(r.AddedWait.P99), ms(r.AddedWait.Max),
 			ms(r.DeferredWait.P50), ms(r.DeferredWait.P99), ms(r.BacklogWait.P50), ms(r.BacklogWait.P99),
+			strconv.Itoa(r.TimedOut), strconv.Itoa(r.Abandoned),
 			strconv.Itoa(r.Jobs.DeadLettered), strconv.Itoa(r.Jobs.Lost), strconv.Itoa(r.Violations), strconv.Itoa(r.ExpectedViolations), r.TraceHash,
 		}
 		if err := cw.Write(rec); err != nil {

@@ -173,6 +173,9 @@ const (
 	// MutAckTwice asks for every acknowledgement twice, which the
 	// consumer's settle-once guard must refuse (internal/consume).
 	MutAckTwice
+	// MutIgnoreTimeout runs handlers without their queue's timeout
+	// (RunHandler's Delay is 0): none is timed out or abandoned.
+	MutIgnoreTimeout
 )
 
 type phase int
@@ -306,7 +309,9 @@ func (c *Core[M, J, D]) DeliverDecoded(acts []Action[M, J, D], q int, gen Gen, m
 	}
 	e.job = job
 	acts, a := c.emit(acts, RunHandler, e)
-	a.Delay = c.rules.Timeout(q)
+	if c.cfg.Mutate != MutIgnoreTimeout {
+		a.Delay = c.rules.Timeout(q)
+	}
 	return acts
 }
 

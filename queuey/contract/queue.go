@@ -63,7 +63,8 @@ type QueueConfig struct {
 	// start together share one deadline), and an error it returns after that
 	// counts as a timed-out attempt (a *TimeoutError): retried after the
 	// policy's backoff like any failure, and dead-lettered with
-	// ReasonTimedOut once the attempts are spent. A handler that ignores
+	// ReasonTimedOut once the attempts are spent. A deferral or a Fatal
+	// returned late keeps its meaning. A handler that ignores
 	// its context and has not returned AbandonGrace later is abandoned:
 	// its job is settled as timed out, and what it returns in the end is
 	// dropped, so no job outlives its attempts however its handler
