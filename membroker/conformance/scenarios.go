@@ -22,7 +22,7 @@ type Scenario struct {
 // All returns every hand-written scenario, sorted by name.
 func All() []Scenario {
 	var all []Scenario
-	for _, group := range [][]Scenario{basicScenarios, classicScenarios, quorumScenarios, errorScenarios, consumerScenarios, ackTimeoutScenarios} {
+	for _, group := range [][]Scenario{basicScenarios, classicScenarios, quorumScenarios, errorScenarios, consumerScenarios, ackTimeoutScenarios, expiryOrderScenarios} {
 		all = append(all, group...)
 	}
 	slices.SortFunc(all, func(a, b Scenario) int { return strings.Compare(a.Name, b.Name) })
@@ -97,9 +97,10 @@ var basicScenarios = []Scenario{
 
 // Groups filled in by the other scenario files.
 var (
-	classicScenarios    []Scenario
-	quorumScenarios     []Scenario
-	errorScenarios      []Scenario
-	consumerScenarios   []Scenario
-	ackTimeoutScenarios []Scenario
+	classicScenarios     []Scenario
+	quorumScenarios      []Scenario
+	errorScenarios       []Scenario
+	consumerScenarios    []Scenario
+	ackTimeoutScenarios  []Scenario
+	expiryOrderScenarios []Scenario
 )
