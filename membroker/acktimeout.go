@@ -140,6 +140,7 @@ func (b *Broker) consumerTimedOut(c *consumer) {
 		p.expired = true
 		p.q.unacked--
 		b.settleRequeue(p.q, p.m, false, false)
+		p.expiredID = p.m.id
 		returned = true
 	}
 	if returned && !c.q.deleted {
@@ -155,7 +156,7 @@ func (b *Broker) consumerTimedOut(c *consumer) {
 // ack removes its message if it is still waiting in the queue; any
 // settlement frees the timed-out consumer's last hold on it.
 func (b *Broker) settleExpired(p pendingAck, ack bool) {
-	if ack && !p.q.deleted && p.q.returns.remove(p.m) {
+	if ack && !p.q.deleted && p.m.id == p.expiredID && p.q.returns.remove(p.m) {
 		p.q.ready--
 		b.recycle(p.m)
 	}

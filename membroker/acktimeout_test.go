@@ -220,3 +220,33 @@ func TestAckTimeout43QuorumArgumentIsCheckedOnRedeclaration(t *testing.T) {
 	e40.declare("q", amqp.Table{"x-queue-type": "quorum"})
 	e40.declare("q", amqp.Table{"x-queue-type": "quorum", "x-consumer-timeout": int64(1000)})
 }
+
+// A late ack whose message was settled elsewhere since, its memory reused
+// for another message, removes nothing: the other message stays.
+func TestAckTimeout43LateAckSparesAMessageThatReusedItsMemory(t *testing.T) {
+	r := newAckTimeoutRig(t, RabbitMQ43, amqp.Table{"x-queue-type": "quorum"}, nil)
+	if got := r.after(3 * time.Second); got != "cancelled" {
+		t.Fatalf("at the deadline: %q", got)
+	}
+	d, ok := r.get(r.q) // m0 again, acked: its memory goes back to the broker
+	if !ok || string(d.Body) != "m0" {
+		t.Fatalf("get: %v %q", ok, d.Body)
+	}
+	if err := d.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	r.publish(r.q, "m1", amqp.Publishing{})
+	d, ok = r.get(r.q)
+	if !ok || string(d.Body) != "m1" {
+		t.Fatalf("get: %v %q", ok, d.Body)
+	}
+	if err := d.Reject(true); err != nil { // back among the returns
+		t.Fatal(err)
+	}
+	if err := r.d.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	if ready, _ := r.ready(); ready != 1 {
+		t.Fatalf("ready %d after the late ack of m0; want m1 still there", ready)
+	}
+}

@@ -343,7 +343,8 @@ func (ch *Channel) NotifyClose(c chan *amqp.Error) chan *amqp.Error {
 }
 
 // NotifyCancel registers a listener for consumers the broker cancels (their
-// queue was deleted); it receives the consumer tag.
+// queue was deleted, or, on RabbitMQ43, a delivery of theirs outlasted its
+// consumer timeout); it receives the consumer tag.
 func (ch *Channel) NotifyCancel(c chan string) chan string {
 	return notify(ch, &ch.cancelL, c)
 }

@@ -22,7 +22,10 @@ type pendingAck struct {
 	at  time.Time // when it was handed out, for the consumer timeout
 	// expired: the broker timed it out and returned m to q (RabbitMQ43
 	// quorum); the tag stays valid, and settling it is settleExpired.
-	expired bool
+	// expiredID is m's id then: m may have been settled elsewhere and its
+	// memory reused for another message (with another id) since.
+	expired   bool
+	expiredID uint64
 }
 
 // consumer is one basic.consume subscription.
@@ -224,7 +227,8 @@ func (b *Broker) releaseGet(p pendingAck) {
 }
 
 // serverCancel tells the channel that the broker cancelled c (its queue was
-// deleted): NotifyCancel listeners get the tag, then its deliveries close.
+// deleted, or it timed out: acktimeout.go): NotifyCancel listeners get the
+// tag, then its deliveries close.
 func (ch *Channel) serverCancel(c *consumer) {
 	c.cancelled = true
 	ch.consumers = deleteFirst(ch.consumers, c)

@@ -25,7 +25,8 @@ type QueueInfo struct {
 
 // NextEvent reports the earliest virtual instant after now at which the
 // broker will act without being called (a message's expiry, a queue's
-// x-expires), if it has one. A driver of a mock clock steps to it, lets
+// x-expires, a channel's tick or a consumer's timeout: acktimeout.go), if
+// it has one. A driver of a mock clock steps to it, lets
 // the broker's clients answer what happened there (a relay of the hold
 // ladder, say), and steps on, rather than jumping past it. Nothing may
 // turn out to happen at that instant.

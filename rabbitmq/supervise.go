@@ -60,10 +60,15 @@ func (a adapted[C, K]) Close() error                                    { return
 // if it cannot tell.
 func (a adapted[C, K]) ServerVersion() string { return serverVersionOf(a.k) }
 
-// serverVersionOf is k's ServerVersion, if it has one.
+// serverVersionOf is k's ServerVersion, if it has one, or an amqp091
+// connection's Properties["version"] (a Dialer that adapts one itself).
 func serverVersionOf(k any) string {
-	if v, ok := k.(interface{ ServerVersion() string }); ok {
-		return v.ServerVersion()
+	switch c := k.(type) {
+	case interface{ ServerVersion() string }:
+		return c.ServerVersion()
+	case *amqp.Connection:
+		v, _ := c.Properties["version"].(string)
+		return v
 	}
 	return ""
 }

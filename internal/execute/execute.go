@@ -238,9 +238,21 @@ func (x *Executor[M]) abandon(id workercore.ID) {
 		return
 	}
 	dec, publish := x.core.Decide(a.Queue, a.Job, &contract.TimeoutError{Timeout: a.Delay}, x.shell.Jitter(a))
+	// As in HandlerDecided: a successor for a delivery whose channel has
+	// closed would run beside the copy the broker requeued.
+	stale := false
+	if publish {
+		if s, ok := any(a.Msg).(staler); ok {
+			stale = s.Stale()
+		}
+	}
 	var buf [2]Action[M]
+	acts := buf[:0]
 	x.mu.Lock()
-	acts := x.core.HandlerAbandoned(buf[:0], id, dec, publish)
+	if stale {
+		acts = x.core.ConnectionLost(acts, a.Gen)
+	}
+	acts = x.core.HandlerAbandoned(acts, id, dec, publish)
 	x.mu.Unlock()
 	x.exec(acts)
 }

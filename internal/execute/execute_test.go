@@ -160,6 +160,23 @@ func TestAHandlerPastItsDeadlineIsAbandoned(t *testing.T) {
 	requireLog(t, sh, "before abandon", "before publish", "after publish: <nil>", "before ack", "ack", "after ack: <nil>", "before late")
 }
 
+// A handler abandoned after its channel closed publishes no successor:
+// the broker has requeued its job, and a successor would run beside it.
+// The abandonment drops the job instead, and the late return settles
+// nothing.
+func TestAnAbandonedStaleDeliveryPublishesNothing(t *testing.T) {
+	x, sh, be, m := setup(t)
+	m.stale = true
+	sh.timers[0]()
+	if be.published != 0 || slices.Contains(sh.log, "ack") {
+		t.Fatalf("%d publishes after abandoning a stale delivery; log %q", be.published, sh.log)
+	}
+	x.HandlerDone(&sh.running[0], nil, 0.5)
+	if be.published != 0 || slices.Contains(sh.log, "ack") {
+		t.Fatalf("the late return settled it: log %q", sh.log)
+	}
+}
+
 // A handler that returns in time stops its deadline: abandoning it later
 // does nothing.
 func TestAHandlerInTimeIsNeverAbandoned(t *testing.T) {
