@@ -320,6 +320,13 @@ func (r *runner) crashLost(qr queueRole, ev membroker.Event) {
 			j.holds = append(j.holds[:k], j.holds[k+1:]...)
 		}
 	}
+	if qr.role == roleWork && qr.q != nil {
+		// A released deferral the crash lost no longer waits on the queue
+		// (invariant 4).
+		if i := slices.Index(qr.q.released, j.n); i >= 0 {
+			qr.q.released = slices.Delete(qr.q.released, i, i+1)
+		}
+	}
 	if j.copies--; j.copies > 0 {
 		return
 	}
