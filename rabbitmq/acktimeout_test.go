@@ -125,3 +125,28 @@ func TestAckTimedOutRecognisesTheBrokersClose(t *testing.T) {
 		}
 	}
 }
+
+// The broker's release is read from a membroker connection and from an
+// amqp091 one, adapted or not; a connection that cannot tell gives "".
+func TestServerVersionOfAConnection(t *testing.T) {
+	amqpConn := &amqp.Connection{Properties: amqp.Table{"version": "4.0.5"}}
+	broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ43})
+	mconn, err := broker.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		conn any
+		want string
+	}{
+		{amqpConn, "4.0.5"},
+		{AdaptConn[*amqp.Channel](amqpConn), "4.0.5"},
+		{AdaptConn[*membroker.Channel](mconn), "4.3.6"},
+		{&amqp.Connection{}, ""},
+		{struct{}{}, ""},
+	} {
+		if got := serverVersionOf(c.conn); got != c.want {
+			t.Errorf("serverVersionOf(%T) = %q, want %q", c.conn, got, c.want)
+		}
+	}
+}

@@ -56,8 +56,8 @@ func (a adapted[C, K]) IsClosed() bool                                  { return
 func (a adapted[C, K]) Close() error                                    { return a.k.Close() }
 
 // ServerVersion is the broker's release as the connection reports it
-// (membroker's do; DialAMQP's read amqp091's Properties["version"]), ""
-// if it cannot tell.
+// (membroker's, and amqp091's Properties["version"]), "" if it cannot
+// tell.
 func (a adapted[C, K]) ServerVersion() string { return serverVersionOf(a.k) }
 
 // serverVersionOf is k's ServerVersion, if it has one, or an amqp091
@@ -71,14 +71,6 @@ func serverVersionOf(k any) string {
 		return v
 	}
 	return ""
-}
-
-// amqpConn is an amqp091 connection that tells its broker's release.
-type amqpConn struct{ *amqp.Connection }
-
-func (c amqpConn) ServerVersion() string {
-	v, _ := c.Properties["version"].(string)
-	return v
 }
 
 // NotifyBlocked is the connection's, if it has one (amqp091's does); nil
@@ -131,7 +123,7 @@ func DialAMQP(cfg amqp.Config) Dialer {
 		if err != nil {
 			return nil, err
 		}
-		return AdaptConn[*amqp.Channel](amqpConn{conn}), nil
+		return AdaptConn[*amqp.Channel](conn), nil
 	}
 }
 
