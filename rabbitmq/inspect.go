@@ -62,6 +62,12 @@ type QueueListing struct {
 	Ready     int    // messages waiting to be delivered
 	Unacked   int    // messages delivered and not yet settled
 	Consumers int
+	// Published and Acked count the messages published to the queue and
+	// acknowledged from it since it was created (the management API's
+	// message_stats; it counts neither a dead-lettered message nor an
+	// expired one as published), or are zero when the lister does not
+	// count them.
+	Published, Acked int64
 }
 
 // Inspector reads and repairs a deployment's queues for operators: work
@@ -133,6 +139,13 @@ type QueueStats struct {
 	Listed  bool
 	Unacked int         // messages delivered from the work queue and not yet settled
 	Holds   []HoldStats // its hold queues, by TTL then type
+	// Enqueued and Acked are the QueueLister's cumulative counts of the
+	// work queue (QueueListing.Published and Acked): jobs published to it
+	// by producers and redrives (not those back from a hold queue, which
+	// the broker dead-letters there), and deliveries acknowledged, whatever
+	// became of the job. Zero when the lister does not count them; a
+	// dashboard turns two readings into rates.
+	Enqueued, Acked int64
 }
 
 // HoldStats is one hold queue: jobs waiting out a retry backoff or a
@@ -174,7 +187,7 @@ func (in *Inspector) Stats(ctx context.Context, queues ...string) ([]QueueStats,
 			st.Holds = []HoldStats{}
 			for _, l := range listing {
 				if l.Name == q {
-					st.Unacked = l.Unacked
+					st.Unacked, st.Enqueued, st.Acked = l.Unacked, l.Published, l.Acked
 				}
 				if h, ok := in.holdOf(q, l); ok {
 					st.Holds = append(st.Holds, h)
@@ -218,7 +231,7 @@ func (in *Inspector) WorkQueues(ctx context.Context) ([]QueueStats, error) {
 			continue
 		}
 		st := QueueStats{Queue: l.Name, Ready: l.Ready, Consumers: l.Consumers, Dead: dead.Ready + dead.Unacked,
-			Listed: true, Unacked: l.Unacked, Holds: []HoldStats{}}
+			Listed: true, Unacked: l.Unacked, Holds: []HoldStats{}, Enqueued: l.Published, Acked: l.Acked}
 		for _, h := range listing {
 			if hs, ok := in.holdOf(l.Name, h); ok {
 				st.Holds = append(st.Holds, hs)

@@ -56,11 +56,15 @@ type DeadLetter struct {
 	// Body is the message body as stored: the envelope, or the malformed
 	// bytes.
 	Body []byte
+	// Headers are the message's AMQP headers as stored: queuey's
+	// x-death-reason and x-original-queue, or the broker's x-death and
+	// x-first-death-… and x-last-death-… fields (docs/operating.md).
+	Headers amqp.Table
 }
 
 // readDeadLetter reads d, a message of queue's dead-letter queue.
 func readDeadLetter(queue string, d amqp.Delivery) DeadLetter {
-	dl := DeadLetter{Queue: queue, Body: d.Body}
+	dl := DeadLetter{Queue: queue, Body: d.Body, Headers: d.Headers}
 	if reason, ok := d.Headers[HeaderDeathReason].(string); ok {
 		dl.Reason = reason
 		if q, ok := d.Headers[HeaderOriginalQueue].(string); ok && q != "" {
@@ -120,8 +124,14 @@ func newestDeath(h amqp.Table) time.Time {
 // that is not malformed.
 type DeadLetterFilter struct {
 	// Reason, if set, selects dead letters whose Reason contains it
-	// ("fatal" selects every fatal error).
+	// ("fatal" selects every fatal error), or, with ExactReason, whose
+	// Reason is it.
 	Reason string
+	// ExactReason makes Reason select only dead letters whose Reason is
+	// exactly Reason: one group of dead letters, as the dashboard shows
+	// them, and not "fatal: card declined twice" with "fatal: card
+	// declined".
+	ExactReason bool
 	// Kind, if set, selects the jobs of this kind.
 	Kind string
 	// IDs, if set, selects these job IDs.
@@ -138,6 +148,9 @@ func (f DeadLetterFilter) Match(dl DeadLetter) bool {
 		return false
 	}
 	if f.Reason != "" && !strings.Contains(dl.Reason, f.Reason) {
+		return false
+	}
+	if f.ExactReason && dl.Reason != f.Reason {
 		return false
 	}
 	if f.Kind != "" && dl.Kind != f.Kind {

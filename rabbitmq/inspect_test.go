@@ -186,6 +186,9 @@ func TestInspectorListsDeadLettersOfEveryShapeAndLeavesThem(t *testing.T) {
 		var got []string
 		for _, dl := range all {
 			got = append(got, fmt.Sprintf("%s|%s|%d|%s|%v", dl.Kind, dl.Reason, dl.Attempt, dl.Queue, dl.Malformed))
+			if dl.Headers[HeaderDeathReason] != dl.Reason {
+				t.Errorf("dead letter %q: headers %v, want its x-death-reason among them", dl.ID, dl.Headers)
+			}
 		}
 		slices.Sort(got)
 		want := []string{
@@ -209,6 +212,9 @@ func TestInspectorListsDeadLettersOfEveryShapeAndLeavesThem(t *testing.T) {
 		}{
 			{DeadLetterFilter{}, 0, 7},
 			{DeadLetterFilter{Reason: "fatal"}, 0, 4},
+			{DeadLetterFilter{Reason: "fatal", ExactReason: true}, 0, 0},
+			{DeadLetterFilter{Reason: "fatal: card declined", ExactReason: true}, 0, 3},
+			{DeadLetterFilter{Reason: "fatal: card", ExactReason: true}, 0, 0},
 			{DeadLetterFilter{Reason: "exhausted"}, 0, 3},
 			{DeadLetterFilter{Kind: "other"}, 0, 1},
 			{DeadLetterFilter{IDs: []string{all[0].ID, all[1].ID}}, 0, 2},

@@ -71,7 +71,7 @@ func (m *ManagementAPI) ListQueues(ctx context.Context) ([]QueueListing, error) 
 	u := *m.base
 	u.Path += "api/queues/" + m.vhost
 	u.RawPath = m.base.EscapedPath() + "api/queues/" + url.PathEscape(m.vhost)
-	u.RawQuery = "columns=name,type,messages_ready,messages_unacknowledged,consumers"
+	u.RawQuery = "columns=name,type,messages_ready,messages_unacknowledged,consumers,message_stats.publish,message_stats.ack"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
@@ -96,13 +96,19 @@ func (m *ManagementAPI) ListQueues(ctx context.Context) ([]QueueListing, error) 
 		Ready     int    `json:"messages_ready"`
 		Unacked   int    `json:"messages_unacknowledged"`
 		Consumers int    `json:"consumers"`
+		// Absent until the queue has seen a message.
+		Stats struct {
+			Publish int64 `json:"publish"`
+			Ack     int64 `json:"ack"`
+		} `json:"message_stats"`
 	}
 	if err := json.Unmarshal(body, &queues); err != nil {
 		return nil, fmt.Errorf("%w: GET %s: %w", ErrManagement, u.String(), err)
 	}
 	out := make([]QueueListing, len(queues))
 	for i, q := range queues {
-		out[i] = QueueListing{Name: q.Name, Type: q.Type, Ready: q.Ready, Unacked: q.Unacked, Consumers: q.Consumers}
+		out[i] = QueueListing{Name: q.Name, Type: q.Type, Ready: q.Ready, Unacked: q.Unacked, Consumers: q.Consumers,
+			Published: q.Stats.Publish, Acked: q.Stats.Ack}
 	}
 	return out, nil
 }

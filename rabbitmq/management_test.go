@@ -13,7 +13,8 @@ func TestManagementAPIListsQueues(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gotPath, gotQuery = r.URL.EscapedPath(), r.URL.RawQuery
 		gotUser, gotPassword, _ = r.BasicAuth()
-		_, _ = w.Write([]byte(`[{"name":"jobs","type":"quorum","messages_ready":3,"messages_unacknowledged":2,"consumers":1,"extra":true},
+		_, _ = w.Write([]byte(`[{"name":"jobs","type":"quorum","messages_ready":3,"messages_unacknowledged":2,"consumers":1,"extra":true,
+			"message_stats":{"publish":40,"ack":31,"publish_details":{"rate":0.5}}},
 			{"name":"jobs.deferred.1000","type":"classic","messages_ready":5}]`))
 	}))
 	defer srv.Close()
@@ -35,7 +36,7 @@ func TestManagementAPIListsQueues(t *testing.T) {
 		if gotPath != tc.path || gotUser != tc.user || gotPassword != tc.password || !strings.HasPrefix(gotQuery, "columns=") {
 			t.Errorf("%s + %s: GET %s?%s as %s:%s; want %s as %s:%s", tc.api, tc.amqp, gotPath, gotQuery, gotUser, gotPassword, tc.path, tc.user, tc.password)
 		}
-		want := []QueueListing{{Name: "jobs", Type: "quorum", Ready: 3, Unacked: 2, Consumers: 1}, {Name: "jobs.deferred.1000", Type: "classic", Ready: 5}}
+		want := []QueueListing{{Name: "jobs", Type: "quorum", Ready: 3, Unacked: 2, Consumers: 1, Published: 40, Acked: 31}, {Name: "jobs.deferred.1000", Type: "classic", Ready: 5}}
 		if len(qs) != 2 || qs[0] != want[0] || qs[1] != want[1] {
 			t.Errorf("queues %+v, want %+v", qs, want)
 		}
