@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/internal/memapi"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
@@ -24,6 +26,22 @@ import (
 type deployment struct {
 	broker *membroker.Broker
 	mgmt   *httptest.Server
+	// down stops the broker, as far as the command sees: dials are
+	// refused and the management API answers 503.
+	down atomic.Bool
+}
+
+// dial is the command's dialer on d: the URL amqp://guest:guest@mem/
+// reaches its broker while it is up.
+func (d *deployment) dial(_ context.Context, url string) (opener, func() error, error) {
+	if url != "amqp://guest:guest@mem/" || d.down.Load() {
+		return nil, nil, fmt.Errorf("cannot reach the broker at %s: connection refused", rabbitmq.Redact(url))
+	}
+	conn, err := d.broker.Dial()
+	if err != nil {
+		return nil, nil, err
+	}
+	return func() (rabbitmq.InspectChannel, error) { return conn.Channel() }, conn.Close, nil
 }
 
 // backend is a backend with top on a connection of its own to d's broker,
@@ -82,17 +100,11 @@ func newDeployment(t *testing.T) *deployment {
 	if err := b.Publish(ctx, env("h-0", "email", 2), 30*time.Second, queuey.HoldRetry); err != nil {
 		t.Fatal(err)
 	}
+	// Over whichever broker d has: a test may replace it.
 	d.mgmt = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if user, pass, _ := r.BasicAuth(); user != "guest" || pass != "guest" || r.URL.EscapedPath() != "/api/queues/%2F" {
-			http.Error(w, "no", http.StatusUnauthorized)
-			return
-		}
-		var out []map[string]any
-		for _, q := range d.broker.Queues() {
-			out = append(out, map[string]any{"name": q.Name, "type": q.Type, "messages_ready": q.Ready,
-				"messages_unacknowledged": q.Unacked, "consumers": len(q.Consumers)})
-		}
-		_ = json.NewEncoder(w).Encode(out)
+		api := memapi.New(d.broker, "guest", "guest")
+		api.SetDown(d.down.Load())
+		api.ServeHTTP(w, r)
 	}))
 	t.Cleanup(d.mgmt.Close)
 	return d
@@ -134,16 +146,7 @@ func (d *deployment) runCLI(t *testing.T, env map[string]string, stdin string, i
 		stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut,
 		getenv:      func(k string) string { return env[k] },
 		interactive: interactive,
-		dial: func(_ context.Context, url string) (opener, func() error, error) {
-			if url != "amqp://guest:guest@mem/" {
-				return nil, nil, fmt.Errorf("cannot reach the broker at %s", rabbitmq.Redact(url))
-			}
-			conn, err := d.broker.Dial()
-			if err != nil {
-				return nil, nil, err
-			}
-			return func() (rabbitmq.InspectChannel, error) { return conn.Channel() }, conn.Close, nil
-		},
+		dial:        d.dial,
 	}
 	code = a.run(t.Context(), args)
 	return code, out.String(), errOut.String()
