@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -40,6 +41,8 @@ type app struct {
 	// buildInfo reads the binary's build information (nil:
 	// debug.ReadBuildInfo).
 	buildInfo func() (*debug.BuildInfo, bool)
+	// listen opens the dashboard's listener (nil: net.Listen).
+	listen func(network, address string) (net.Listener, error)
 }
 
 // usageError is a bad command line: exit status 2, with a hint.
@@ -63,6 +66,9 @@ Usage:
   queuey dead purge QUEUE               delete every dead letter of QUEUE, for good
   queuey delete QUEUE                   delete QUEUE with its dead-letter and hold queues and
                                         every message in them, for good (management API)
+  queuey ui [--listen ADDR] [--read-only]
+                                        serve the web dashboard (management API), on
+                                        127.0.0.1:8080 unless --listen says otherwise
   queuey version                        the version of this binary (also --version)
 
 Flags (before or after the command):
@@ -87,6 +93,12 @@ Redrive, purge and delete:
   --dry-run                redrive: count what would move, move nothing
   --yes                    do not ask; required when stdin is not a terminal
 
+Dashboard (ui):
+  --listen ADDR            where to listen (default 127.0.0.1:8080); beyond loopback
+                           it needs $QUEUEY_UI_PASSWORD (user $QUEUEY_UI_USER, default
+                           queuey), asked of every request by HTTP basic auth
+  --read-only              no redrive or purge
+
 Exit status: 0 done, including when there was nothing to list, redrive or
 purge; 1 the broker or its management API failed or refused, a named queue
 or job does not exist, or the answer was no; 2 bad usage, or a setting the
@@ -104,6 +116,8 @@ type options struct {
 	resetAttempts        bool
 	dryRun, yes          bool
 	version              bool
+	listen               string
+	readOnly             bool
 	set                  map[string]bool // flags given
 }
 
@@ -127,6 +141,8 @@ func (a *app) parse(args []string) (options, []string, error) {
 	fs.BoolVar(&o.dryRun, "dry-run", false, "")
 	fs.BoolVar(&o.yes, "yes", false, "")
 	fs.BoolVar(&o.version, "version", false, "")
+	fs.StringVar(&o.listen, "listen", defaultListen, "")
+	fs.BoolVar(&o.readOnly, "read-only", false, "")
 	var rest []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -228,7 +244,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 }
 
 // commands lists the commands, for messages.
-const commands = "queues, stats, dead, delete or version"
+const commands = "queues, stats, dead, delete, ui or version"
 
 func (a *app) dispatch(ctx context.Context, args []string) error {
 	o, rest, err := a.parse(args)
@@ -259,6 +275,14 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 			return usagef("queues takes no arguments: it lists every work queue")
 		}
 		return a.withInspector(ctx, o, "queues", apiRequired, func(s *session) error { return a.queues(ctx, o, s.in) })
+	case "ui":
+		if err := o.only("ui", "listen", "read-only"); err != nil {
+			return err
+		}
+		if len(rest) != 0 {
+			return usagef("ui takes no arguments")
+		}
+		return a.ui(ctx, o)
 	case "stats":
 		if err := o.only("stats"); err != nil {
 			return err

@@ -10,6 +10,7 @@
 //	queuey dead redrive QUEUE [filters] [--reset-attempts] [--dry-run] [--yes]
 //	queuey dead purge QUEUE [--yes]
 //	queuey delete QUEUE [--yes]
+//	queuey ui [--listen ADDR] [--read-only]
 //	queuey version (or queuey --version)
 //
 // It reaches the broker at $AMQP_URL (or --url), and its management HTTP
@@ -22,7 +23,9 @@
 // how many messages it would delete. Exit status 0 means done, nothing to
 // list, redrive or purge included; 1 that the broker or its API failed or
 // refused, a named queue or job does not exist, or the answer was no; 2 a
-// bad command line or a missing setting. Run queuey --help for every
+// bad command line or a missing setting. queuey ui serves the web
+// dashboard (docs/dashboard.md) on 127.0.0.1:8080, or --listen: beyond
+// loopback only with $QUEUEY_UI_PASSWORD set. Run queuey --help for every
 // flag; the README's "Operating queuey" walks through a dead-letter
 // session, and docs/operating.md says what each command does to the
 // queues.
