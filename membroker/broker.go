@@ -283,6 +283,9 @@ func (b *Broker) deliverTo(targets []*queue, m *message, from *deathSite, confir
 			}
 			b.observe(ev)
 		}
+		if from == nil {
+			q.published++ // RabbitMQ counts no dead-lettered message as published to its queue
+		}
 		b.landed(q, c, confirmed, src)
 		b.enqueue(q, c)
 	}

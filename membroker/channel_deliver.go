@@ -479,6 +479,7 @@ func (ch *Channel) settle(tag uint64, multiple bool, op settleOp) error {
 		b.releaseGet(p)
 		switch op {
 		case settleAck:
+			p.q.acked++
 			b.recycle(p.m)
 		case settleNackRequeue, settleRejectRequeue:
 			b.settleRequeue(p.q, p.m, op == settleRejectRequeue, true)

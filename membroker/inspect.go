@@ -21,6 +21,14 @@ type QueueInfo struct {
 	Ready     int      // messages waiting to be delivered
 	Unacked   int      // messages delivered and not yet settled
 	Consumers []string // consumer tags, sorted
+	// Published counts the messages a client published that were routed
+	// to the queue, and Acked the deliveries acknowledged from it, since
+	// it was declared: the management API's message_stats publish and
+	// ack. A dead-lettered message (expired from a hold queue, say) is not
+	// counted as published to the queue it reaches: live on 4.0.5, three
+	// messages expired into a dead-letter queue left it with no
+	// message_stats (docs/dashboard.md).
+	Published, Acked int64
 }
 
 // NextEvent reports the earliest virtual instant after now at which the
@@ -72,7 +80,7 @@ func (q *queue) info() QueueInfo {
 	return QueueInfo{
 		Name: q.name, Type: q.cfg.kind.String(), Durable: q.durable, AutoDelete: q.autoDelete,
 		Exclusive: q.exclusive, Arguments: copyTable(q.args, 0), Ready: q.ready, Unacked: q.unacked,
-		Consumers: tags,
+		Consumers: tags, Published: q.published, Acked: q.acked,
 	}
 }
 

@@ -377,3 +377,40 @@ func TestPublishRefusesUnsupportedHeaderValues(t *testing.T) {
 		t.Fatalf("headers %v", d.Headers)
 	}
 }
+
+// QueueInfo counts what the management API's message_stats call publish
+// and ack: a message dead-lettered into a queue (here, expired) is not
+// published to it, and only acknowledged deliveries count as acks.
+func TestQueueInfoCountsPublishesAndAcks(t *testing.T) {
+	e := newEnv(t, RabbitMQ40)
+	e.declare("q.dead", nil)
+	e.declare("q", amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "q.dead"})
+	for _, body := range []string{"a", "b", "c"} {
+		e.publish("q", body, amqp.Publishing{})
+	}
+	e.publish("q", "gone", amqp.Publishing{Expiration: "0"})
+	for i, ack := range []bool{true, false, true} {
+		d, ok := e.get("q")
+		if !ok {
+			t.Fatalf("get %d: empty", i)
+		}
+		var err error
+		if ack {
+			err = d.Ack(false)
+		} else {
+			err = d.Reject(false) // dead-lettered
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string][2]int64{"q": {4, 2}, "q.dead": {0, 0}} {
+		q, _ := e.b.Queue(name)
+		if q.Published != want[0] || q.Acked != want[1] {
+			t.Errorf("%s: published %d, acked %d; want %d, %d", name, q.Published, q.Acked, want[0], want[1])
+		}
+	}
+	if q, _ := e.b.Queue("q.dead"); q.Ready != 2 {
+		t.Fatalf("q.dead holds %d, want the expired and the rejected message", q.Ready)
+	}
+}

@@ -150,6 +150,9 @@ type queue struct {
 	counter int // RabbitMQ40 quorum: rabbit_fifo_q's dequeue counter
 	ready   int
 	unacked int
+	// published and acked count what the management API's message_stats
+	// of the queue call publish and ack (QueueInfo).
+	published, acked int64
 
 	consumers   []*consumer // active, in round-robin order
 	blocked     []*consumer // at their prefetch limit, rejoin at the end when freed

@@ -396,7 +396,7 @@ func TestRetryHoldWaitsInHoldQueueAndReturnsAfterTTL(t *testing.T) {
 		t.Fatalf("no hold queue jobs.deferred.2000: %+v", r.broker.Queues())
 	}
 	want := membroker.QueueInfo{Name: "jobs.deferred.2000", Type: "classic", Durable: true,
-		Arguments: holdQueueArgs("jobs", 2000), Ready: 1, Consumers: []string{}}
+		Arguments: holdQueueArgs("jobs", 2000), Ready: 1, Consumers: []string{}, Published: 1}
 	if diff := cmp.Diff(want, hold); diff != "" {
 		t.Fatalf("hold queue (-want +got):\n%s", diff)
 	}

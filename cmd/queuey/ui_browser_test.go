@@ -128,8 +128,9 @@ type scenario struct {
 	// stopBroker and startBroker stop and start the broker the dashboard
 	// reads; nil skips that part.
 	stopBroker, startBroker func(t *testing.T)
-	// screenshot takes the overview's for -ui.screenshot.
-	screenshot bool
+	// stage, when set, is called with -ui.screenshot before the overview's
+	// screenshot is taken, to give the picture something to show.
+	stage func(t *testing.T, ctx context.Context)
 }
 
 func (sc scenario) walk(t *testing.T, ctx context.Context) {
@@ -137,8 +138,8 @@ func (sc scenario) walk(t *testing.T, ctx context.Context) {
 	row := fmt.Sprintf(`tr[data-queue=%q]`, q)
 	run(t, ctx, "loading the overview", chromedp.Navigate(sc.base+"/"), chromedp.WaitVisible(chromedp.CSS(row)),
 		waitFor(deadCell(q)+` === "6"`))
-	if *screenshotTo != "" && sc.screenshot {
-		run(t, ctx, "letting the chart fill", chromedp.Sleep(2500*time.Millisecond))
+	if *screenshotTo != "" && sc.stage != nil {
+		sc.stage(t, ctx)
 		png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS("main")))
 		if err != nil {
 			t.Fatal(err)
@@ -184,7 +185,7 @@ func TestBrowserDashboard(t *testing.T) {
 	u := startUI(t, env, d.dial)
 	b := d.backend(t, rabbitmq.Topology{HoldWarmup: -1})
 	scenario{
-		base: u.base, queue: "jobs", screenshot: true,
+		base: u.base, queue: "jobs", stage: func(t *testing.T, ctx context.Context) { stage(t, ctx, b) },
 		addDeadLetter: func(t *testing.T) { deadLetterOne(t, b, "jobs") },
 		stopBroker:    func(*testing.T) { d.down.Store(true); d.broker.Restart() },
 		startBroker:   func(*testing.T) { d.down.Store(false) },
@@ -194,6 +195,40 @@ func TestBrowserDashboard(t *testing.T) {
 // deadLetterOne dead-letters one more job into queue, through b, which
 // declares queue first (a backend dead-letters only into queues it
 // declared).
+// stage gives the README's screenshot two more queues with jobs arriving
+// and failing over a few of the overview's refreshes.
+func stage(t *testing.T, ctx context.Context, b *rabbitmq.Backend) {
+	for _, q := range []string{"emails", "payments"} {
+		if err := b.Declare(t.Context(), queuey.QueueConfig{Name: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for round := range 6 {
+		for q, jobs := range map[string]int{"emails": 40 + 25*round - 8*round*round/2, "payments": 6 * round} {
+			for range jobs {
+				n++
+				e := queuey.Envelope{ID: fmt.Sprintf("s-%d", n), Kind: "send", Queue: q, Payload: json.RawMessage(`{}`), Attempt: 1, EnqueuedAt: time.Now()}
+				if err := b.Publish(t.Context(), e, 0, queuey.HoldRetry); err != nil {
+					t.Fatal(err)
+				}
+				if n%9 == 0 {
+					body, _ := e.Encode()
+					if err := b.DeadLetter(t.Context(), q, body, queuey.ReasonAttemptsExhausted, 5); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if n%4 == 0 {
+					if err := b.Publish(t.Context(), e, time.Minute, queuey.HoldRetry); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		run(t, ctx, "letting the overview refresh", chromedp.Sleep(2100*time.Millisecond))
+	}
+}
+
 func deadLetterOne(t *testing.T, b *rabbitmq.Backend, queue string) {
 	t.Helper()
 	if err := b.Declare(t.Context(), queuey.QueueConfig{Name: queue}); err != nil {

@@ -30,7 +30,8 @@ func New(b *membroker.Broker, user, password string) *Server {
 func (s *Server) SetDown(down bool) { s.down.Store(down) }
 
 // ServeHTTP answers GET /api/queues/%2F with the broker's queues, as
-// RabbitMQ 4 does (without message_stats: membroker does not count), 401
+// RabbitMQ 4 does, message_stats publish and ack included once the queue
+// has seen a message, 401
 // to a wrong user or password, and 404 to anything else.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.down.Load() {
@@ -47,8 +48,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []map[string]any{}
 	for _, q := range s.broker.Queues() {
-		out = append(out, map[string]any{"name": q.Name, "type": q.Type, "messages_ready": q.Ready,
-			"messages_unacknowledged": q.Unacked, "consumers": len(q.Consumers)})
+		l := map[string]any{"name": q.Name, "type": q.Type, "messages_ready": q.Ready,
+			"messages_unacknowledged": q.Unacked, "consumers": len(q.Consumers)}
+		if q.Published > 0 || q.Acked > 0 {
+			l["message_stats"] = map[string]int64{"publish": q.Published, "ack": q.Acked}
+		}
+		out = append(out, l)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
