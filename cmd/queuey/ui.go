@@ -25,6 +25,9 @@ func (a *app) ui(ctx context.Context, o options) error {
 	if o.url == "" {
 		return usagef("no broker: set AMQP_URL or pass --url")
 	}
+	if o.json {
+		return usagef("ui does not take --json")
+	}
 	if o.managementURL == "" {
 		return usagef("ui needs the management API, since AMQP cannot list queues: set RABBITMQ_MANAGEMENT_URL or pass --management-url (for example http://localhost:15672/)")
 	}
@@ -53,6 +56,7 @@ func (a *app) ui(ctx context.Context, o options) error {
 	srv, err := dashboard.New(in, dashboard.Options{
 		ReadOnly: o.readOnly, User: user, Password: password, Logger: log,
 		Redact: func(err error) error { return redactAPIErr(err, o) },
+		Ping:   conn.ping,
 	})
 	if err != nil {
 		return err
@@ -65,7 +69,9 @@ func (a *app) ui(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", o.listen, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// No WriteTimeout: a redrive's answer waits for the redrive.
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	mode := ""
 	if o.readOnly {
 		mode = ", read-only"
@@ -78,10 +84,13 @@ func (a *app) ui(ctx context.Context, o options) error {
 		return err
 	case <-ctx.Done():
 	}
+	// Requests in flight get 5 s to finish; a redrive still running then
+	// is cut off, which loses nothing (rabbitmq.Inspector.Redrive).
 	stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := hs.Shutdown(stop); err != nil {
-		return err
+		fmt.Fprintf(a.stderr, "queuey: stopping with requests still running: %v\n", err)
+		_ = hs.Close()
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -123,6 +132,16 @@ func (r *redialer) channel() (rabbitmq.InspectChannel, error) {
 			return nil, err
 		}
 	}
+}
+
+// ping opens a channel and closes it: whether the broker's AMQP side
+// answers, for the overview.
+func (r *redialer) ping(context.Context) error {
+	ch, err := r.channel()
+	if err != nil {
+		return err
+	}
+	return ch.Close()
 }
 
 func (r *redialer) close() {

@@ -62,7 +62,8 @@ func browser(t *testing.T) context.Context {
 	t.Cleanup(func() {
 		if t.Failed() {
 			shot, stop := context.WithTimeout(ctx, 10*time.Second)
-			if png, err := chromedp.Run(shot, chromedp.FullScreenshot(90)); err == nil {
+			// Quality 100 makes a PNG.
+			if png, err := chromedp.Run(shot, chromedp.FullScreenshot(100)); err == nil {
 				dir, err := os.MkdirTemp("", "queuey-ui-failure-")
 				if err == nil {
 					path := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".png")
@@ -102,6 +103,21 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 		t.Fatalf("reading %s: %v", sel, err)
 	}
 	return s
+}
+
+// click clicks the element sel selects in one step of the page's own
+// script, so that the overview's live refresh, which replaces its links
+// every 2 s, cannot swap the element between finding it and clicking it.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true; })()`, sel)
+	eval := chromedp.Evaluate[bool](js)
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		ok, err := eval(ctx, t)
+		if err == nil && !ok {
+			err = fmt.Errorf("nothing matches %s", sel)
+		}
+		return chromedp.Void{}, err
+	}
 }
 
 // waitFor waits until the JavaScript expression is true on the page.
@@ -150,7 +166,7 @@ func (sc scenario) walk(t *testing.T, ctx context.Context) {
 	}
 	group := `tr[data-reason="fatal: card declined"]`
 	run(t, ctx, "opening the queue and a group's redrive",
-		chromedp.Click(chromedp.CSS(row+` a`)),
+		click(row+` a`),
 		chromedp.WaitVisible(chromedp.CSS(group)),
 		chromedp.Click(chromedp.CSS(group+` a.redrive`)),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm`)))
@@ -192,9 +208,6 @@ func TestBrowserDashboard(t *testing.T) {
 	}.walk(t, ctx)
 }
 
-// deadLetterOne dead-letters one more job into queue, through b, which
-// declares queue first (a backend dead-letters only into queues it
-// declared).
 // stage gives the README's screenshot two more queues with jobs arriving
 // and failing over a few of the overview's refreshes.
 func stage(t *testing.T, ctx context.Context, b *rabbitmq.Backend) {
@@ -229,6 +242,9 @@ func stage(t *testing.T, ctx context.Context, b *rabbitmq.Backend) {
 	}
 }
 
+// deadLetterOne dead-letters one more job into queue, through b, which
+// declares queue first (a backend dead-letters only into queues it
+// declared).
 func deadLetterOne(t *testing.T, b *rabbitmq.Backend, queue string) {
 	t.Helper()
 	if err := b.Declare(t.Context(), queuey.QueueConfig{Name: queue}); err != nil {

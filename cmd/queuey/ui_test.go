@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +31,7 @@ func TestUIRefusesUnsafeOrIncompleteSettings(t *testing.T) {
 		{"a user without a password", map[string]string{"QUEUEY_UI_USER": "ops"}, []string{"ui"}, "QUEUEY_UI_USER is set but QUEUEY_UI_PASSWORD is not"},
 		{"no management API", map[string]string{"RABBITMQ_MANAGEMENT_URL": ""}, []string{"ui"}, "ui needs the management API"},
 		{"an argument", nil, []string{"ui", "jobs"}, "ui takes no arguments"},
+		{"--json", nil, []string{"ui", "--json"}, "ui does not take --json"},
 		{"a flag it does not take", nil, []string{"ui", "--yes"}, "ui does not take --yes"},
 		{"--listen elsewhere", nil, []string{"stats", "jobs", "--listen", "127.0.0.1:1"}, "stats does not take --listen"},
 	} {
@@ -127,6 +130,36 @@ func (u *ui) get(t *testing.T, path, user, password string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// token is the CSRF token of the confirmation page at path.
+func (u *ui) token(t *testing.T, path, user, password string) string {
+	t.Helper()
+	_, page := u.get(t, path, user, password)
+	m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no CSRF token on %s:\n%s", path, page)
+	}
+	return m[1]
+}
+
+// post submits a confirmation's form, with token, to path as user with
+// password.
+func (u *ui) post(t *testing.T, path, token, user, password string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, u.base+path, strings.NewReader(url.Values{"csrf": {token}}.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(user, password)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // The dashboard beyond loopback, with a password; the broker stopped and
 // started under it: its pages say so, then recover, and the password is
 // never printed.
@@ -151,12 +184,26 @@ func TestUIOutlivesABrokerOutage(t *testing.T) {
 		t.Fatalf("queue page: %d\n%s", code, body)
 	}
 
+	token := u.token(t, "/queues/jobs/purge", "ops", password)
 	// AMQP gone: every connection dropped, and dials refused.
 	amqpDown.Store(true)
 	d.broker.Restart()
 	code, body = u.get(t, "/queues/jobs", "ops", password)
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "cannot reach the broker at amqp://xxxxx:xxxxx@mem/") { // guest is both user and password
 		t.Fatalf("queue page with AMQP down: %d\n%s", code, body)
+	}
+	// The overview's figures come from the management API, which is up:
+	// it shows them, and says AMQP is down.
+	code, body = u.get(t, "/live", "ops", password)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "AMQP side cannot be reached") || !strings.Contains(body, `data-queue="jobs"`) {
+		t.Fatalf("live with AMQP down: %d\n%s", code, body)
+	}
+	// An action that fails is logged, redacted.
+	if code, _ := u.post(t, "/queues/jobs/purge", token, "ops", password); code != http.StatusServiceUnavailable {
+		t.Fatalf("purge with AMQP down: %d", code)
+	}
+	if out := u.out.String(); !strings.Contains(out, "queuey ui: purge") || !strings.Contains(out, "amqp://xxxxx:xxxxx@mem/") {
+		t.Fatalf("the failed purge is not logged:\n%s", out)
 	}
 	// The management API too.
 	d.down.Store(true)

@@ -81,6 +81,11 @@ type Options struct {
 	// Redact rewrites an error before a page or the log shows it; the
 	// queuey command hides its URLs' passwords with it. Defaults to none.
 	Redact func(error) error
+	// Ping, if set, is called with each reading of the overview, whose
+	// figures come from the management API alone: an error says that the
+	// broker's AMQP side is unreachable, and the overview shows it above
+	// the figures. The queuey command opens and closes a channel.
+	Ping func(ctx context.Context) error
 	// Logger receives each redrive and purge, at INFO, and failures to
 	// render, at ERROR. Defaults to discarding.
 	Logger *slog.Logger
@@ -182,12 +187,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "queuey: this dashboard has no password, so it answers only requests for a loopback host (localhost, 127.0.0.1 or [::1]), not "+r.Host, http.StatusMisdirectedRequest)
 		return
 	}
+	if !s.crossSiteAllowed(r) {
+		http.Error(w, "queuey: this page reads dead letters, so it is not served to requests from another site: open it from the dashboard's overview", http.StatusForbidden)
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
 	s.mux.ServeHTTP(w, r)
+}
+
+// crossSiteAllowed reports whether r may be served given where it comes
+// from. A GET from another site (a link, an image, a script of a page
+// the operator visits) reaches only the overview and the assets: every
+// other page reads dead letters, which holds them unacknowledged a while
+// and, on a quorum queue, counts a delivery of each, so no other site may
+// make the dashboard do it. Browsers say where a request comes from in
+// Sec-Fetch-Site; POSTs are net/http's CrossOriginProtection's.
+func (s *Server) crossSiteAllowed(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/static/")
+	}
+	return true
 }
 
 // LoopbackHost reports whether hostport (a Host header or a listen

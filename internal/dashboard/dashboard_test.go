@@ -251,6 +251,11 @@ func TestDeadLettersArePaged(t *testing.T) {
 	if code, _ := f.get(t, "/queues/jobs/dead?page=0"); code != http.StatusBadRequest {
 		t.Fatalf("page 0: %d", code)
 	}
+	for _, page := range []string{"3", "4611686018427387904", "9223372036854775807"} {
+		if code, body := f.get(t, "/queues/jobs/dead?reason=attempts+exhausted&page="+page); code != http.StatusOK || !strings.Contains(body, "No dead letters here on page") {
+			t.Fatalf("page %s, past the end: %d\n%s", page, code, body)
+		}
+	}
 }
 
 func TestDeadLetterPageShowsTheJob(t *testing.T) {
@@ -307,6 +312,23 @@ func TestRedriveAGroup(t *testing.T) {
 	if strings.Contains(body, `data-reason="fatal: card declined"`) {
 		t.Fatal("the redriven group is still shown")
 	}
+}
+
+// "Redrive all" leaves malformed bodies, as the CLI does without
+// --malformed; their own group moves them.
+func TestRedriveAllLeavesMalformedBodies(t *testing.T) {
+	f := newFixture(t, Options{})
+	_, body := f.get(t, "/queues/jobs/redrive")
+	mustContain(t, "confirmation", body, "Redrive 5 of every dead letter (malformed bodies aside")
+	code, body := f.post(t, "/queues/jobs/redrive", formOf(t, body), nil)
+	if code != http.StatusOK || !strings.Contains(body, "Redrove 5 dead letters to jobs.") {
+		t.Fatalf("redrive: %d\n%s", code, body)
+	}
+	if dead := f.count(t, "jobs.dead"); dead != 1 {
+		t.Fatalf("%d dead letters left, want the malformed one", dead)
+	}
+	_, body = f.get(t, "/queues/jobs/redrive?reason=malformed+envelope")
+	mustContain(t, "confirmation", body, "Redrive 1 of the dead letters with reason &#34;malformed envelope&#34;")
 }
 
 func TestPurge(t *testing.T) {
@@ -368,6 +390,23 @@ func TestHostsAndPasswords(t *testing.T) {
 		}
 	}
 
+	// Another site may link to the overview, not make the dashboard read
+	// dead letters.
+	for path, want := range map[string]int{"/": 200, "/static/app.js": 200, "/queues/jobs": 403, "/queues/jobs/dead/c-0": 403, "/queues/jobs/redrive": 403} {
+		for _, site := range []string{"cross-site", "same-site"} {
+			req, _ := http.NewRequest(http.MethodGet, f.srv.URL+path, nil)
+			req.Header.Set("Sec-Fetch-Site", site)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("GET %s from a %s page: %d, want %d", path, site, resp.StatusCode, want)
+			}
+		}
+	}
+
 	g := newFixture(t, Options{Password: "s3cret-pw"})
 	req, _ = http.NewRequest(http.MethodGet, g.srv.URL+"/", nil)
 	req.Host = "dashboard.example:8080"
@@ -416,6 +455,23 @@ func TestBrokerDownThenBack(t *testing.T) {
 	}
 }
 
+// With the management API up and AMQP down (Options.Ping failing), the
+// overview shows its figures under a banner.
+func TestOverviewSaysWhenAMQPIsDown(t *testing.T) {
+	var down error
+	f := newFixture(t, Options{Ping: func(context.Context) error { return down }})
+	down = errors.New("cannot reach the broker at amqp://guest:xxxxx@mem/: connection refused")
+	code, body := f.get(t, "/live")
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("live with AMQP down: %d\n%s", code, body)
+	}
+	mustContain(t, "live", body, `role="alert"`, "AMQP side cannot be reached", "connection refused", `data-queue="jobs"`)
+	down = nil
+	if code, body := f.get(t, "/live"); code != http.StatusOK || strings.Contains(body, `role="alert"`) {
+		t.Fatalf("live with AMQP back: %d\n%s", code, body)
+	}
+}
+
 // fakeSource is a Source whose work queues the test sets.
 type fakeSource struct {
 	Source
@@ -452,8 +508,17 @@ func TestRatesAndChart(t *testing.T) {
 			t.Fatalf("live lacks %q:\n%s", want, body)
 		}
 	}
+	// A counter that starts again (the queue declared again) counts its
+	// rises only: 150 -> 20 -> 40 over 4 s is 20 since the reset.
 	now = now.Add(2 * time.Minute)
-	body = read(0, 0, 150, 60)
+	read(0, 0, 150, 60)
+	now = now.Add(2 * time.Second)
+	read(0, 0, 20, 0)
+	now = now.Add(2 * time.Second)
+	body = read(0, 0, 40, 8)
+	if !strings.Contains(body, `<td class="n">5.0</td><td class="n">2.0</td><td class="n">0</td>`) {
+		t.Fatalf("rates across a counter reset:\n%s", body)
+	}
 	if !strings.Contains(body, `aria-label="peak 0"`) {
 		t.Fatalf("readings older than History kept:\n%s", body)
 	}

@@ -85,21 +85,17 @@ func (h *history) rates(queue string) rates {
 	if secs < 1 {
 		return rates{}
 	}
-	r := rates{ok: true}
-	if d := last.enqueued - ss[i].enqueued; d > 0 {
-		r.enqueued = float64(d) / secs
-	}
-	if d := last.acked - ss[i].acked; d > 0 {
-		r.acked = float64(d) / secs
-	}
-	var rises int
+	// Rises only, step by step: a counter starts again from 0 when its
+	// queue is declared again or a broker node restarts, and a count
+	// falls with a redrive or purge.
+	var enq, acked int64
+	var dead int
 	for j := i + 1; j < len(ss); j++ {
-		if d := ss[j].dead - ss[j-1].dead; d > 0 {
-			rises += d
-		}
+		enq += max(ss[j].enqueued-ss[j-1].enqueued, 0)
+		acked += max(ss[j].acked-ss[j-1].acked, 0)
+		dead += max(ss[j].dead-ss[j-1].dead, 0)
 	}
-	r.dead = float64(rises) / secs
-	return r
+	return rates{ok: true, enqueued: float64(enq) / secs, acked: float64(acked) / secs, dead: float64(dead) / secs}
 }
 
 // perSecond formats a rate for the overview.
@@ -128,12 +124,7 @@ const chartW, chartH = 160, 32
 
 func (h *history) chart(queue string, now time.Time) chart {
 	ss := h.queues[queue]
-	// The span grows with what the dashboard has seen, from a minute to
-	// keep, so a fresh dashboard's chart is not a dot at its right edge.
-	span := h.keep
-	if len(ss) > 0 {
-		span = min(h.keep, max(time.Minute, now.Sub(ss[0].at)))
-	}
+	span := h.spanOf(ss, now)
 	c := chart{Width: chartW, Height: chartH, Span: fmtDuration(span)}
 	for _, s := range ss {
 		c.Max = max(c.Max, s.backlog, s.held, s.dead)
@@ -152,6 +143,27 @@ func (h *history) chart(queue string, now time.Time) chart {
 	c.Held = line(func(s sample) int { return s.held })
 	c.Dead = line(func(s sample) int { return s.dead })
 	return c
+}
+
+// spanOf is the span of a chart of readings ss: it grows with what the
+// dashboard has seen, from a minute to keep, so that a fresh dashboard's
+// chart is not a dot at its right edge.
+func (h *history) spanOf(ss []sample, now time.Time) time.Duration {
+	if len(ss) == 0 {
+		return min(h.keep, time.Minute)
+	}
+	return min(h.keep, max(time.Minute, now.Sub(ss[0].at)))
+}
+
+// span is the longest chart's span, for the legend.
+func (h *history) span(now time.Time) string {
+	var longest []sample
+	for _, ss := range h.queues {
+		if len(ss) > len(longest) || len(ss) > 0 && len(longest) > 0 && ss[0].at.Before(longest[0].at) {
+			longest = ss
+		}
+	}
+	return fmtDuration(h.spanOf(longest, now))
 }
 
 // fmtDuration writes d shortly: 10m, 90s, 1h30m.

@@ -18,8 +18,16 @@ import (
 	"github.com/queuey/queuey/rabbitmq"
 )
 
-// requestTimeout bounds the Inspector calls of one page.
-const requestTimeout = 30 * time.Second
+// Timeouts of the Inspector calls: a page's reads; a confirmation's dry
+// run, which reads the whole dead-letter queue; and an action, which goes
+// on when the browser goes away (it is safe to stop, but better
+// finished), so that a redrive of many dead letters can end. For queues
+// larger than these allow, use `queuey dead redrive` (docs/dashboard.md).
+const (
+	readTimeout   = 30 * time.Second
+	dryRunTimeout = 2 * time.Minute
+	actionTimeout = 10 * time.Minute
+)
 
 // pageNames are the templates/*.html that are pages, each rendered in
 // layout.html.
@@ -77,16 +85,21 @@ func (s *Server) fail(w http.ResponseWriter, title string, err error) {
 	p := s.newPage(title, nil)
 	p.Error = s.opts.Redact(err).Error()
 	status := http.StatusServiceUnavailable
-	if errors.Is(err, rabbitmq.ErrNoSuchQueue) {
+	switch {
+	case errors.Is(err, rabbitmq.ErrNoSuchQueue):
 		status = http.StatusNotFound
-	} else {
+	case errors.Is(err, context.DeadlineExceeded):
+		// Too much to read in time: reloading would only read it again.
+		status = http.StatusGatewayTimeout
+		p.Error += " (the queue is too large to read in time here: use the queuey command)"
+	default:
 		p.Reload = true
 	}
 	s.render(w, status, "error", "layout", p)
 }
 
 func (s *Server) context(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), requestTimeout)
+	return context.WithTimeout(r.Context(), readTimeout)
 }
 
 // overviewRow is one work queue on the overview.
@@ -101,6 +114,10 @@ type overviewRow struct {
 type overviewData struct {
 	Queues []overviewRow
 	At     string
+	Span   string // the charts' span
+	// AMQPDown says why the broker's AMQP side failed Options.Ping, when
+	// it did.
+	AMQPDown string
 }
 
 // readOverview reads every work queue and records the reading.
@@ -113,9 +130,15 @@ func (s *Server) readOverview(r *http.Request) (overviewData, error) {
 	if err != nil {
 		return d, err
 	}
+	if s.opts.Ping != nil {
+		if err := s.opts.Ping(ctx); err != nil {
+			d.AMQPDown = s.opts.Redact(err).Error()
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.history.add(now, stats)
+	d.Span = s.history.span(now)
 	for _, st := range stats {
 		rt := s.history.rates(st.Queue)
 		d.Queues = append(d.Queues, overviewRow{QueueStats: st, Held: held(st),
@@ -128,20 +151,29 @@ func (s *Server) readOverview(r *http.Request) (overviewData, error) {
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	d, err := s.readOverview(r)
 	p := s.newPage("Work queues", d)
-	status := http.StatusOK
+	status := overviewStatus(d, err)
 	if err != nil {
-		p.Error, status = s.opts.Redact(err).Error(), http.StatusServiceUnavailable
+		p.Error = s.opts.Redact(err).Error()
 	}
 	s.render(w, status, "overview", "layout", p)
+}
+
+// overviewStatus is 503 when any part of the broker failed, so the
+// overview's script knows.
+func overviewStatus(d overviewData, err error) int {
+	if err != nil || d.AMQPDown != "" {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusOK
 }
 
 // live is the overview's live part alone, which its script swaps in.
 func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 	d, err := s.readOverview(r)
 	p := s.newPage("", d)
-	status := http.StatusOK
+	status := overviewStatus(d, err)
 	if err != nil {
-		p.Error, status = s.opts.Redact(err).Error(), http.StatusServiceUnavailable
+		p.Error = s.opts.Redact(err).Error()
 	}
 	s.render(w, status, "overview", "live", p)
 }
@@ -181,12 +213,14 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, q, err)
 		return
 	}
-	dls, err := s.src.DeadLetters(ctx, q, rabbitmq.DeadLetterFilter{Malformed: true}, s.opts.GroupLimit)
+	dls, err := s.src.DeadLetters(ctx, q, rabbitmq.DeadLetterFilter{Malformed: true}, s.opts.GroupLimit+1)
 	if err != nil {
 		s.fail(w, q, err)
 		return
 	}
-	d := queueData{Queue: q, Stats: st[0], Groups: groups(dls), Read: len(dls), Truncated: len(dls) == s.opts.GroupLimit && st[0].Dead > len(dls)}
+	truncated := len(dls) > s.opts.GroupLimit
+	dls = dls[:min(len(dls), s.opts.GroupLimit)]
+	d := queueData{Queue: q, Stats: st[0], Groups: groups(dls), Read: len(dls), Truncated: truncated}
 	for _, h := range st[0].Holds {
 		back := "within " + fmtDuration(h.TTL) + " of entering"
 		if h.Type == "relay" {
@@ -236,12 +270,15 @@ func groups(dls []rabbitmq.DeadLetter) []group {
 }
 
 // filterOf is the dead letters a request's reason parameter selects: one
-// group when it is given, every dead letter otherwise.
+// group when it is given (the malformed bodies' group among them), else
+// every dead letter but malformed bodies, which a redrive would only
+// republish verbatim, as `queuey dead redrive` leaves them without
+// --malformed.
 func filterOf(form url.Values) rabbitmq.DeadLetterFilter {
 	if form.Has("reason") {
 		return rabbitmq.DeadLetterFilter{Reason: form.Get("reason"), ExactReason: true, Malformed: true}
 	}
-	return rabbitmq.DeadLetterFilter{Malformed: true}
+	return rabbitmq.DeadLetterFilter{}
 }
 
 type deadData struct {
@@ -276,19 +313,25 @@ func (s *Server) deadList(w http.ResponseWriter, r *http.Request) {
 	// queue on RabbitMQ 4.0 puts what a read returns at its back
 	// (docs/rabbitmq-semantics.md §12.6), so two reads of a first page's
 	// worth need not agree on what page two is.
-	dls, err := s.src.DeadLetters(ctx, q, filterOf(form), s.opts.GroupLimit)
+	filter := filterOf(form)
+	filter.Malformed = true // a listing shows them all
+	dls, err := s.src.DeadLetters(ctx, q, filter, s.opts.GroupLimit+1)
 	if err != nil {
 		s.fail(w, q, err)
 		return
 	}
+	truncated := len(dls) > s.opts.GroupLimit
+	dls = dls[:min(len(dls), s.opts.GroupLimit)]
 	slices.SortStableFunc(dls, func(a, b rabbitmq.DeadLetter) int {
 		return cmp.Or(a.DeadLetteredAt.Compare(b.DeadLetteredAt), a.EnqueuedAt.Compare(b.EnqueuedAt),
 			strings.Compare(a.ID, b.ID), bytes.Compare(a.Body, b.Body))
 	})
 	d := deadData{Queue: q, Reason: form.Get("reason"), HasReason: form.Has("reason"), Page: n,
-		Truncated: len(dls) == s.opts.GroupLimit, Limit: s.opts.GroupLimit}
-	from := min((n-1)*size, len(dls))
-	to := min(n*size, len(dls))
+		Truncated: truncated, Limit: s.opts.GroupLimit}
+	from, to := len(dls), len(dls)
+	if n-1 <= len(dls)/size { // no overflow: n is at most one page past the end
+		from, to = (n-1)*size, min(n*size, len(dls))
+	}
 	d.Letters, d.From, d.To = dls[from:to], from+1, to
 	link := func(page int) string {
 		v := url.Values{}
@@ -363,14 +406,14 @@ func (s *Server) confirmRedrive(w http.ResponseWriter, r *http.Request) {
 	q := r.PathValue("queue")
 	form := r.URL.Query()
 	reset := form.Get("reset") == "1"
-	ctx, cancel := s.context(r)
+	ctx, cancel := context.WithTimeout(r.Context(), dryRunTimeout)
 	defer cancel()
 	count, err := s.src.Redrive(ctx, q, rabbitmq.RedriveOptions{Filter: filterOf(form), DryRun: true})
 	if err != nil {
 		s.fail(w, q, err)
 		return
 	}
-	which := "every dead letter"
+	which := "every dead letter (malformed bodies aside: redrive their group to move them)"
 	if form.Has("reason") {
 		which = fmt.Sprintf("the dead letters with reason %q", form.Get("reason"))
 	}
@@ -408,13 +451,13 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reset := r.PostForm.Get("reset") == "1"
-	ctx, cancel := s.context(r)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
 	defer cancel()
 	// Only as many as the confirmation counted: dead letters that arrived
 	// since queue behind them, and are left for the next redrive.
 	rep, err := s.src.Redrive(ctx, q, rabbitmq.RedriveOptions{Filter: filterOf(r.PostForm), ResetAttempts: reset, Limit: limit})
 	s.opts.Logger.Info("queuey ui: redrive", "queue", q, "reason", r.PostForm.Get("reason"), "reset_attempts", reset,
-		"read", rep.Read, "moved", rep.Moved, "err", err)
+		"read", rep.Read, "moved", rep.Moved, "err", s.redacted(err))
 	d := reportData{Queue: q, Summary: fmt.Sprintf("Redrove %d dead letters to %s.", rep.Moved, q)}
 	for _, l := range []struct {
 		n    int
@@ -464,16 +507,24 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.PathValue("queue")
-	ctx, cancel := s.context(r)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
 	defer cancel()
 	n, err := s.src.Purge(ctx, q)
-	s.opts.Logger.Info("queuey ui: purge", "queue", q, "purged", n, "err", err)
+	s.opts.Logger.Info("queuey ui: purge", "queue", q, "purged", n, "err", s.redacted(err))
 	if err != nil {
 		s.fail(w, "Purge "+q, err)
 		return
 	}
 	s.render(w, http.StatusOK, "report", "layout", s.newPage("Purge "+q,
 		reportData{Queue: q, Summary: fmt.Sprintf("Purged %d dead letters of %s.", n, q)}))
+}
+
+// redacted is err through Options.Redact, for the log; nil stays nil.
+func (s *Server) redacted(err error) error {
+	if err == nil {
+		return nil
+	}
+	return s.opts.Redact(err)
 }
 
 // fmtTime shows an instant in UTC to the second, or "–" when unknown.

@@ -7,7 +7,13 @@
   var live = document.getElementById("live");
   if (!live) return;
   var every = Number(live.dataset.refresh) || 2000;
+  // No swap while a pointer is down: a click whose press and release
+  // fell on two versions of a link would be lost.
+  var pressed = false;
+  document.addEventListener("pointerdown", function () { pressed = true; }, true);
+  document.addEventListener("pointerup", function () { setTimeout(function () { pressed = false; }, 0); }, true);
   function tick() {
+    if (pressed) { setTimeout(tick, 100); return; }
     fetch("/live", { cache: "no-store", credentials: "same-origin" })
       .then(function (r) {
         return r.text().then(function (html) {
