@@ -25,6 +25,10 @@ type ProducerConfig struct {
 	// Observer, if set, is told of every enqueue, for metrics and traces
 	// (package queueyotel). Defaults to nil: nothing is observed.
 	Observer Observer
+	// MaxInFlight is the most jobs of one EnqueueMany awaiting the
+	// broker's confirms at once. Zero or less means DefaultMaxInFlight
+	// (128).
+	MaxInFlight int
 }
 
 func (c ProducerConfig) withDefaults() ProducerConfig {
@@ -36,6 +40,9 @@ func (c ProducerConfig) withDefaults() ProducerConfig {
 	}
 	if c.NewID == nil {
 		c.NewID = randomID
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
 	}
 	return c
 }
