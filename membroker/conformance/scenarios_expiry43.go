@@ -12,13 +12,16 @@ import (
 func init() {
 	// publishAll publishes one message per priority, in order, with the
 	// given per-message expiration ("" for none).
-	// They are 20 ms apart: the live broker stamps each with the
-	// millisecond its command is applied, and the order of two messages
-	// expiring in the same millisecond is not pinned down here.
+	// They are 250 ms apart, so each expires at its own instant: when the
+	// broker's expiry timer fires late enough that two have expired, 4.3
+	// dead-letters them level by level, from the highest (§12.7). 20 ms
+	// was not enough under CI's load (a run of 306313b's CI dead-lettered
+	// p5-1 before p0-0 on 4.3.6).
+	const spacing = 250 * time.Millisecond
 	publishAll := func(r *Run, ch Channel, q string, prios []uint8, expiration string) {
 		for i, p := range prios {
 			if i > 0 {
-				r.Wait(20 * time.Millisecond)
+				r.Wait(spacing)
 			}
 			r.Publish(ch, q, fmt.Sprintf("p%d-%d", p, i), pub{Priority: p, Expiration: expiration})
 		}
@@ -38,9 +41,11 @@ func init() {
 		expiration string // each message's
 		prios      []uint8
 	}{
-		{"queue-ttl", "the queue's x-message-ttl", 300, "", mixed},
-		{"message-ttl", "a per-message expiration", 0, "300", mixed},
-		{"high-first", "priorities published highest first", 300, "", []uint8{31, 9, 5, 1, 0, 9, 0}},
+		// A TTL longer than the publishing (7 × spacing), so that every
+		// message is in the queue before the first expires.
+		{"queue-ttl", "the queue's x-message-ttl", 2500, "", mixed},
+		{"message-ttl", "a per-message expiration", 0, "2500", mixed},
+		{"high-first", "priorities published highest first", 2500, "", []uint8{31, 9, 5, 1, 0, 9, 0}},
 	}
 	for _, c := range cases {
 		expiryOrderScenarios = append(expiryOrderScenarios, Scenario{
@@ -57,7 +62,7 @@ func init() {
 				}
 				r.Declare(ch, q, true, false, false, args)
 				publishAll(r, ch, q, c.prios, c.expiration)
-				r.Wait(2 * time.Second)
+				r.Wait(3 * time.Second) // the last expires 2.5 s after it was published
 				r.Passive(ch, q)
 				drain(r, ch, dead, len(c.prios))
 				r.Checkpoint()
