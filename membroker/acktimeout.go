@@ -132,6 +132,7 @@ func (b *Broker) consumerTimedOut(c *consumer) {
 				// Out of the queue's dispatch, still counted among its
 				// consumers until the channel closes (teardown).
 				ch.serverCancel(c)
+				c.q.sacLeave(c) // unprobed with a single active consumer
 				c.q.consumers = deleteFirst(c.q.consumers, c)
 				c.q.blocked = deleteFirst(c.q.blocked, c)
 				ch.timedOut = append(ch.timedOut, c)

@@ -60,6 +60,7 @@ type queueConfig struct {
 	hasMaxPriority bool
 	deliveryLimit  int64 // quorum; negative means no limit
 	atLeastOnce    bool  // quorum: dead-letters at least once (x-dead-letter-strategy, x-overflow)
+	singleActive   bool  // x-single-active-consumer (sac.go)
 }
 
 // argCheck validates one argument's value when a queue is created; it returns
@@ -174,7 +175,6 @@ func streamArgsOf(v Version) []string {
 // node whose queues exist it never is (semantics §3.6).
 var unmodelled = []string{
 	"x-max-length", "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes",
-	"x-single-active-consumer",
 }
 
 func invalidArg(key, queue, reason string) *amqp.Error {
@@ -466,6 +466,7 @@ func validateNew(name string, durable, autoDelete, exclusive bool, args amqp.Tab
 		}
 	}
 	cfg := queueConfig{kind: kind, deliveryLimit: defaultDeliveryLimit}
+	cfg.singleActive, _ = args["x-single-active-consumer"].(bool)
 	if n, ok := asInteger(args["x-message-ttl"]); ok {
 		cfg.messageTTL, cfg.hasMessageTTL = n, true
 	}

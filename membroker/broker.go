@@ -445,6 +445,7 @@ func (q *queue) allConsumers() []*consumer {
 	out := make([]*consumer, 0, q.nconsumers)
 	out = append(out, q.consumers...)
 	out = append(out, q.blocked...)
+	out = append(out, q.waiting...)
 	return out
 }
 

@@ -132,7 +132,11 @@ func (ch *Channel) Consume(queue, consumerTag string, autoAck, exclusive, noLoca
 	if exclusive {
 		q.exclusiveBy = c
 	}
-	q.consumers = append(q.consumers, c)
+	if q.cfg.singleActive {
+		q.sacJoin(c)
+	} else {
+		q.consumers = append(q.consumers, c)
+	}
 	q.nconsumers++
 	q.hadConsumer = true
 	q.suspendLease() // a queue with consumers does not expire
@@ -157,8 +161,10 @@ func (ch *Channel) Cancel(consumer string, noWait bool) error {
 			ch.consumers = slices.Delete(ch.consumers, i, i+1)
 			b.detach(c)
 			ch.conn.send(outItem{kind: outCloseDeliveries, cons: c})
-			if !c.q.isQuorum() && !c.q.deleted {
-				b.run(c.q) // stop_consumer ends in requeue_and_run
+			if (!c.q.isQuorum() || c.q.cfg.singleActive) && !c.q.deleted {
+				// stop_consumer ends in requeue_and_run; rabbit_fifo
+				// checks out to the consumer it activated.
+				b.run(c.q)
 			}
 			break
 		}
@@ -178,7 +184,9 @@ func (b *Broker) detach(c *consumer) {
 		// rabbit_fifo maybe_return_all(cancel): the consumer stays, with no
 		// credit, until its last delivery is settled (update_or_remove_con):
 		// it counts in queue.declare's consumer count (query_stat) and keeps
-		// the queue from expiring.
+		// the queue from expiring. Under a single active consumer the next
+		// one is active at once.
+		q.sacLeave(c)
 		q.consumers = deleteFirst(q.consumers, c)
 		q.blocked = deleteFirst(q.blocked, c)
 		c.lingering = true
@@ -250,6 +258,17 @@ func (ch *Channel) Get(queue string, autoAck bool) (amqp.Delivery, bool, error) 
 	q, err := ch.lookup(queue)
 	if err != nil {
 		return amqp.Delivery{}, false, err
+	}
+	if q.isQuorum() && q.cfg.singleActive {
+		// 4.3 prints the queue type as an Erlang binary (conformance
+		// scenario sac-basic-get-quorum).
+		typ := "quorum"
+		if b.version == RabbitMQ43 {
+			typ = `<<"quorum">>`
+		}
+		return amqp.Delivery{}, false, ch.fail(serverError(amqp.ResourceLocked, fmt.Sprintf(
+			"RESOURCE_LOCKED - cannot obtain access to locked queue '%s' in vhost '%s'. basic.get operations "+
+				"are not supported by %s queues with single active consumer", q.name, vhost, typ)))
 	}
 	b.renewLease(q)
 	if !q.isQuorum() {

@@ -221,8 +221,6 @@ func TestDeclareUnmodelledArgumentNotImplemented(t *testing.T) {
 	cqRunChannelErrorCases(t, []cqDeclareCase{
 		{"x-max-length", true, false, false, amqp.Table{"x-max-length": 10}, amqp.NotImplemented, ni("x-max-length")},
 		{"x-max-length-bytes", true, false, false, amqp.Table{"x-max-length-bytes": 10}, amqp.NotImplemented, ni("x-max-length-bytes")},
-		{"x-single-active-consumer", true, false, false, amqp.Table{"x-single-active-consumer": true},
-			amqp.NotImplemented, ni("x-single-active-consumer")},
 		{"quorum x-max-in-memory-length", true, false, false,
 			amqp.Table{"x-queue-type": "quorum", "x-max-in-memory-length": 5},
 			amqp.NotImplemented, ni("x-max-in-memory-length")},

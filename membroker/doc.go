@@ -51,7 +51,9 @@
 // Consumers get per-consumer prefetch, round robin, a freed consumer
 // rejoining at the end. Publisher confirms, mandatory returns (312 NO_ROUTE
 // before the ack), unknown delivery tags (406), and basic.cancel when a queue
-// is deleted under a consumer.
+// is deleted under a consumer. A single active consumer
+// (x-single-active-consumer: sac.go) and the consumer timeout
+// (acktimeout.go) as each release has them.
 //
 // The two profiles differ where RabbitMQ releases do: RabbitMQ40 (4.0 to
 // 4.2) counts every requeue toward the quorum delivery limit and has two
@@ -67,14 +69,15 @@
 // # What it does not model
 //
 // Named exchanges and bindings, streams, policies, x-max-length (and so
-// what x-overflow does at a limit), single active consumer, consumer
-// priorities, transactions, basic.recover, publisher nacks (the model never
-// fails to enqueue), consumer timeouts, memory and disk alarms, flow
+// what x-overflow does at a limit), consumer priorities (and so a
+// higher-priority single active consumer taking over), transactions,
+// basic.recover, publisher nacks (the model never fails to enqueue),
+// memory and disk alarms, flow
 // control, clustering (so at-least-once dead-lettering behaves as
 // at-most-once: its difference shows only when a target is unavailable,
 // docs/rabbitmq-semantics.md §3.6) and authentication (the user is
 // "guest"). Declaring a queue with an argument whose effect is not modelled
-// (x-max-length, x-single-active-consumer, ...), or consuming with a valid
+// (x-max-length, x-max-in-memory-length, ...), or consuming with a valid
 // x-priority, is refused with 540 NOT_IMPLEMENTED rather than accepted and
 // ignored (invalid values get RabbitMQ's own errors first), so no test
 // silently relies on a behaviour the model lacks.

@@ -154,6 +154,11 @@ type queue struct {
 	// of the queue call publish and ack (QueueInfo).
 	published, acked int64
 
+	// Single active consumer (sac.go): active is the consumer that
+	// receives, waiting the others, in the order they will take over.
+	active  *consumer
+	waiting []*consumer
+
 	consumers   []*consumer // active, in round-robin order
 	blocked     []*consumer // at their prefetch limit, rejoin at the end when freed
 	nconsumers  int
@@ -386,10 +391,17 @@ func (q *queue) readyMessages() []*message {
 // expiring a queue. On a quorum queue every unacknowledged basic.get counts:
 // rabbit_fifo checks the message out to a one-shot consumer keyed by the
 // delivery tag, which lives until the message is settled.
-func (q *queue) consumerCount() int { return q.nconsumers + q.getHolders }
+func (q *queue) consumerCount() int {
+	n := q.nconsumers + q.getHolders
+	if q.isQuorum() {
+		n -= len(q.waiting) // rabbit_fifo counts no waiting consumer (sac.go)
+	}
+	return n
+}
 
 // removeConsumer takes c out of the queue's dispatch lists.
 func (q *queue) removeConsumer(c *consumer) {
+	q.sacLeave(c)
 	q.consumers = deleteFirst(q.consumers, c)
 	q.blocked = deleteFirst(q.blocked, c)
 	q.nconsumers--

@@ -22,7 +22,7 @@ type Scenario struct {
 // All returns every hand-written scenario, sorted by name.
 func All() []Scenario {
 	var all []Scenario
-	for _, group := range [][]Scenario{basicScenarios, classicScenarios, quorumScenarios, errorScenarios, consumerScenarios, ackTimeoutScenarios, expiryOrderScenarios} {
+	for _, group := range [][]Scenario{basicScenarios, classicScenarios, quorumScenarios, errorScenarios, consumerScenarios, ackTimeoutScenarios, expiryOrderScenarios, sacScenarios} {
 		all = append(all, group...)
 	}
 	slices.SortFunc(all, func(a, b Scenario) int { return strings.Compare(a.Name, b.Name) })
@@ -103,4 +103,5 @@ var (
 	consumerScenarios    []Scenario
 	ackTimeoutScenarios  []Scenario
 	expiryOrderScenarios []Scenario
+	sacScenarios         []Scenario
 )
