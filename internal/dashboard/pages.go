@@ -149,33 +149,28 @@ func (s *Server) readOverview(r *http.Request) (overviewData, error) {
 }
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
-	d, err := s.readOverview(r)
-	p := s.newPage("Work queues", d)
-	status := overviewStatus(d, err)
-	if err != nil {
-		p.Error = s.opts.Redact(err).Error()
-	}
-	s.render(w, status, "overview", "layout", p)
-}
-
-// overviewStatus is 503 when any part of the broker failed, so the
-// overview's script knows.
-func overviewStatus(d overviewData, err error) int {
-	if err != nil || d.AMQPDown != "" {
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusOK
+	s.renderOverview(w, r, "Work queues", "layout")
 }
 
 // live is the overview's live part alone, which its script swaps in.
 func (s *Server) live(w http.ResponseWriter, r *http.Request) {
+	s.renderOverview(w, r, "", "live")
+}
+
+// renderOverview reads the overview and renders it whole (tmpl "layout")
+// or its live part ("live"), with status 503 when any part of the broker
+// failed, so the overview's script knows.
+func (s *Server) renderOverview(w http.ResponseWriter, r *http.Request, title, tmpl string) {
 	d, err := s.readOverview(r)
-	p := s.newPage("", d)
-	status := overviewStatus(d, err)
+	p := s.newPage(title, d)
+	status := http.StatusOK
 	if err != nil {
 		p.Error = s.opts.Redact(err).Error()
 	}
-	s.render(w, status, "overview", "live", p)
+	if err != nil || d.AMQPDown != "" {
+		status = http.StatusServiceUnavailable
+	}
+	s.render(w, status, "overview", tmpl, p)
 }
 
 // group is the dead letters of one reason.
