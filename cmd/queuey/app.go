@@ -74,7 +74,7 @@ Usage:
 Flags (before or after the command):
   --url URL                the broker's AMQP URL (default $AMQP_URL)
   --management-url URL     its management HTTP API (default $RABBITMQ_MANAGEMENT_URL):
-                           queues and delete need it; stats uses it for
+                           queues, delete and ui need it; stats uses it for
                            unacknowledged counts and hold queues, and without it,
                            or when it fails, shows what AMQP can
   --json                   JSON for scripts instead of tables

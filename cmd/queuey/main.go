@@ -14,8 +14,8 @@
 //	queuey version (or queuey --version)
 //
 // It reaches the broker at $AMQP_URL (or --url), and its management HTTP
-// API at $RABBITMQ_MANAGEMENT_URL (or --management-url) when set: queues
-// and delete need the API, since AMQP cannot list queues; stats uses it
+// API at $RABBITMQ_MANAGEMENT_URL (or --management-url) when set: queues,
+// delete and ui need the API, since AMQP cannot list queues; stats uses it
 // for hold queues and unacknowledged counts, and shows what AMQP alone
 // can, with a note on stderr, when it is not set or fails. --json prints
 // JSON for scripts instead of tables. Redrive, purge and delete ask for
