@@ -108,3 +108,11 @@ const (
 // ExtDueAt is the extension field in which a worker with an Observer
 // stamps when a retried or deferred job is due: see contract.ExtDueAt.
 const ExtDueAt = contract.ExtDueAt
+
+// The extension fields of a job's own options (WithMaxAttempts,
+// WithPriority), for a producer in another language: see
+// contract.ExtMaxAttempts and contract.ExtPriority.
+const (
+	ExtMaxAttempts = contract.ExtMaxAttempts
+	ExtPriority    = contract.ExtPriority
+)

@@ -13,8 +13,14 @@
 // the handler and its Queue the work queue. A Producer enqueues jobs
 // (Enqueue now, EnqueueAfter a delay at the back of the queue, Defer a
 // delay ahead of the backlog) and returns once the broker has confirmed
-// each. A job travels in an Envelope, whose wire format is documented on
-// the type.
+// each. EnqueueMany enqueues a batch with pipelined confirms. A job
+// travels in an Envelope, whose wire format is documented on the type.
+//
+// Each job may take its own options at enqueue time (EnqueueOption): its
+// queue, its ID, its attempts and its priority. Attempts and priority
+// travel in the envelope's Ext (ExtMaxAttempts, ExtPriority), so retries,
+// deferrals, dead letters and redrives keep them; JobContext.MaxAttempts
+// tells a handler how many its job has.
 //
 // # Handlers and what their results mean
 //
@@ -40,7 +46,7 @@
 // finish. On a supervised rabbitmq backend it survives dropped connections.
 // Errors are matched with errors.Is: ErrMaybeEnqueued (sent, never
 // confirmed), ErrJobTooLarge, ErrDelayTooLong, ErrUnknownQueue,
-// ErrMalformedEnvelope.
+// ErrInvalidOption, ErrMalformedEnvelope.
 //
 // # Observing
 //

@@ -27,6 +27,10 @@ type JobContext struct {
 	Deferrals  int       // how often a handler deferred it; a producer's Defer does not count
 	Priority   uint8     // the AMQP priority the delivery arrived with
 	EnqueuedAt time.Time // when the producer first enqueued it
+	// MaxAttempts is how many attempts the job has in all: its own
+	// (WithMaxAttempts), else its queue's RetryPolicy.MaxAttempts; -1
+	// means it retries for ever. Attempt == MaxAttempts is its last.
+	MaxAttempts int
 }
 
 // Job is a decoded job handed to a Handler.

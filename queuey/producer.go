@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/internal/jobopts"
 )
 
 // ProducerConfig configures a Producer. The zero value is ready to use.
@@ -105,7 +106,9 @@ func declare(ctx context.Context, backend Backend, queues []QueueConfig) ([]Queu
 }
 
 // Enqueue publishes a job to run as soon as a worker takes it, at priority
-// 0, and returns its ID once the broker has confirmed it.
+// 0 unless WithPriority says otherwise, and returns its ID once the broker
+// has confirmed it. opts are the job's own options (EnqueueOption); one
+// the job or its queue cannot honour is refused with ErrInvalidOption.
 //
 // An error that wraps ErrMaybeEnqueued means the job was sent but its
 // confirm never came (ctx ended while waiting, a nack, a closed channel or
@@ -113,25 +116,27 @@ func declare(ctx context.Context, backend Backend, queues []QueueConfig) ([]Queu
 // caller who enqueues it again can tell the two runs apart. Every other
 // error returns "" and nothing was enqueued. The same holds for
 // EnqueueAfter and Defer.
-func (p *Producer) Enqueue(ctx context.Context, args JobArgs) (string, error) {
-	return p.publish(ctx, args, 0, enqueueNow)
+func (p *Producer) Enqueue(ctx context.Context, args JobArgs, opts ...EnqueueOption) (string, error) {
+	return p.publish(ctx, args, 0, enqueueNow, opts)
 }
 
 // EnqueueAfter publishes a job to run after delay (rounded up, never down,
 // to the backend's deferred granularity), joining the back of its queue at
-// priority 0. A delay of zero or less publishes it now, as Enqueue does; one
-// longer than any hold can wait is refused with ErrDelayTooLong, before
-// anything is sent. The queue must have been declared by NewProducer.
-func (p *Producer) EnqueueAfter(ctx context.Context, args JobArgs, delay time.Duration) (string, error) {
-	return p.publish(ctx, args, delay, enqueueAfter)
+// priority 0 (or WithPriority's). A delay of zero or less publishes it
+// now, as Enqueue does; one longer than any hold can wait is refused with
+// ErrDelayTooLong, before anything is sent. The queue must have been
+// declared by NewProducer.
+func (p *Producer) EnqueueAfter(ctx context.Context, args JobArgs, delay time.Duration, opts ...EnqueueOption) (string, error) {
+	return p.publish(ctx, args, delay, enqueueAfter, opts)
 }
 
 // Defer publishes a job to run after delay, like EnqueueAfter, but at its
 // queue's top priority, so it runs ahead of the backlog that piled up
 // meanwhile. Its deferral count stays 0: the producer scheduled it, nothing
-// deferred it. The queue must have been declared by NewProducer.
-func (p *Producer) Defer(ctx context.Context, args JobArgs, delay time.Duration) (string, error) {
-	return p.publish(ctx, args, delay, enqueueDeferred)
+// deferred it. The queue must have been declared by NewProducer, and
+// WithPriority is refused.
+func (p *Producer) Defer(ctx context.Context, args JobArgs, delay time.Duration, opts ...EnqueueOption) (string, error) {
+	return p.publish(ctx, args, delay, enqueueDeferred, opts)
 }
 
 // enqueueMode is which of the three producer calls is publishing.
@@ -143,15 +148,31 @@ const (
 	enqueueDeferred
 )
 
-func (p *Producer) publish(ctx context.Context, args JobArgs, delay time.Duration, mode enqueueMode) (string, error) {
+func (p *Producer) publish(ctx context.Context, args JobArgs, delay time.Duration, mode enqueueMode, opts []EnqueueOption) (string, error) {
+	args, o, err := applyOptions(args, opts)
+	if err != nil {
+		return "", err
+	}
+	if args == nil {
+		return "", errors.New("queuey: enqueue of a nil job")
+	}
 	queue := args.Queue()
+	if o.queue != "" {
+		queue = o.queue
+	}
 	p.mu.Lock()
 	q, declared := p.queues[queue]
 	p.mu.Unlock()
 	if mode != enqueueNow && !declared {
 		return "", fmt.Errorf("%w: %q was not declared by this producer", ErrUnknownQueue, queue)
 	}
-	var priority uint8
+	if !declared {
+		q.Name = queue
+	}
+	if err := o.checkPriority(q, declared, mode); err != nil {
+		return "", err
+	}
+	priority := o.priority
 	if mode == enqueueDeferred {
 		priority = q.TopPriority()
 	}
@@ -159,10 +180,15 @@ func (p *Producer) publish(ctx context.Context, args JobArgs, delay time.Duratio
 	if err != nil {
 		return "", fmt.Errorf("queuey: encoding %s: %w", args.Kind(), err)
 	}
+	id := o.id
+	if id == "" {
+		id = p.cfg.NewID()
+	}
 	env := Envelope{
-		Version: EnvelopeVersion, ID: p.cfg.NewID(), Kind: args.Kind(), Queue: queue,
+		Version: EnvelopeVersion, ID: id, Kind: args.Kind(), Queue: queue,
 		Payload: payload, Attempt: 1, Priority: priority, EnqueuedAt: p.cfg.Clock.Now().UTC(),
 	}
+	env = jobopts.Write(env, o.envelopeOptions())
 	var observed func(error)
 	if p.cfg.Observer != nil {
 		env, observed = observeEnqueue(ctx, p.cfg.Observer, env)

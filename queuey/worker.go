@@ -15,6 +15,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/queuey/queuey/internal/execute"
+	"github.com/queuey/queuey/internal/jobopts"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
 )
@@ -497,14 +498,14 @@ func (s *shell) RunHandler(a coreAction) {
 	var started time.Time
 	if obs != nil {
 		started = s.w.cfg.Clock.Now()
-		ctx, observed = obs.Run(ctx, RunInfo{Job: jobContext(env, a.Msg.Priority()), Ext: env.Ext,
+		ctx, observed = obs.Run(ctx, RunInfo{Job: jobContext(env, a.Msg.Priority(), s.w.queues[a.Queue]), Ext: env.Ext,
 			Redelivered: a.Msg.Redelivered(), Started: started, DueAt: dueAt(env.Ext)})
 	}
 	var result error
 	if !ok {
 		result = &UnknownKindError{Kind: env.Kind}
 	} else {
-		result = s.w.runHandler(ctx, h, env, a.Msg.Priority())
+		result = s.w.runHandler(ctx, h, env, a.Msg.Priority(), s.w.queues[a.Queue])
 	}
 	if result != nil && ctx.Err() == context.DeadlineExceeded {
 		result = &TimeoutError{Timeout: a.Delay, Err: result}
@@ -605,24 +606,26 @@ func jobLogAttrs(q QueueConfig, env Envelope) []any {
 }
 
 // runHandler calls the handler, turning a panic into a *PanicError.
-func (w *Worker) runHandler(ctx context.Context, h erasedHandler, env Envelope, priority uint8) (result error) {
+func (w *Worker) runHandler(ctx context.Context, h erasedHandler, env Envelope, priority uint8, q QueueConfig) (result error) {
 	defer func() {
 		if v := recover(); v != nil {
 			result = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	jc := jobContext(env, priority)
+	jc := jobContext(env, priority, q)
 	if len(w.cfg.Middleware) == 0 {
 		return h.run(ctx, env.Payload, jc)
 	}
 	return w.runWrapped(ctx, h, env.Payload, jc)
 }
 
-// jobContext is what a handler run knows of its job.
-func jobContext(env Envelope, priority uint8) JobContext {
+// jobContext is what a handler run knows of its job, a job of queue q.
+func jobContext(env Envelope, priority uint8, q QueueConfig) JobContext {
+	opts, _ := jobopts.Read(env) // the decoder refused options of the wrong shape
 	return JobContext{
 		ID: env.ID, Kind: env.Kind, Queue: env.Queue, Attempt: env.Attempt,
-		Deferrals: env.Deferrals, Priority: priority, EnqueuedAt: env.EnqueuedAt,
+		MaxAttempts: opts.Policy(q).MaxAttempts,
+		Deferrals:   env.Deferrals, Priority: priority, EnqueuedAt: env.EnqueuedAt,
 	}
 }
 

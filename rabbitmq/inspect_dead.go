@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/queuey/queuey/internal/jobopts"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -81,6 +82,9 @@ func readDeadLetter(queue string, d amqp.Delivery) DeadLetter {
 		dl.Reason = "unknown: no dead-letter headers"
 	}
 	env, err := queuey.DecodeEnvelope(d.Body)
+	if err == nil {
+		_, err = jobopts.Read(env) // as a worker reads it
+	}
 	if err != nil {
 		dl.Malformed, dl.Err = true, err.Error()
 		return dl
@@ -435,7 +439,10 @@ func redriveMessage(dl DeadLetter, resetAttempts bool) (amqp.Publishing, error) 
 	if resetAttempts {
 		env.Attempt = 1
 	}
-	env.Priority = 0
+	// At the job's own priority (WithPriority), as a new job is published;
+	// its options travel on in its Ext.
+	opts, _ := jobopts.Read(env) // readDeadLetter marked wrong options Malformed
+	env.Priority = opts.Priority
 	if _, ok := env.Ext[queuey.ExtDueAt]; ok {
 		// The release time of a hold it left long ago: its first run
 		// after the redrive was not released by a hold, and an Observer

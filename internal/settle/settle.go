@@ -17,6 +17,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/queuey/queuey/internal/jobopts"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/queuey/contract"
 	"github.com/queuey/queuey/queuey/envelope"
@@ -58,14 +59,20 @@ func Hold(d Decision) time.Duration {
 //     deferral counted, the attempt and the retry policy untouched.
 //   - a *FatalError or *UnknownKindError: contract.ActionDeadLetter now.
 //   - anything else, a *PanicError and a *TimeoutError included: Retry
-//     after the policy's backoff at priority 0 with the attempt counted, or
+//     after the policy's backoff at the job's own priority (0 unless set) with the attempt counted, or
 //     contract.ActionDeadLetter when that was the last attempt, with
 //     ReasonTimedOut if it timed out and ReasonAttemptsExhausted otherwise.
+//
+// The job's own options (package jobopts) override the queue's: its
+// maximum attempts, and the priority a retry goes back at. Options of the
+// wrong shape are ignored here; the worker's decoder (Rules.Decode) has
+// refused such an envelope before it ran.
 func Decide(env envelope.Envelope, result error, q contract.QueueConfig, u float64) Decision {
 	q = q.WithDefaults()
 	if result == nil {
 		return Decision{Action: contract.ActionAck}
 	}
+	opts, _ := jobopts.Read(env)
 	next := env
 	// errors.AsType, unlike errors.As, does not make its target escape: no
 	// allocation per settled job.
@@ -82,7 +89,7 @@ func Decide(env envelope.Envelope, result error, q contract.QueueConfig, u float
 	case isUnknownKind(result):
 		next.Priority = 0
 		return Decision{Action: contract.ActionDeadLetter, Successor: next, Reason: contract.ReasonUnknownKind, Err: result}
-	case q.Retry.Exhausted(env.Attempt):
+	case opts.Policy(q).Exhausted(env.Attempt):
 		next.Priority = 0
 		reason := contract.ReasonAttemptsExhausted
 		if _, ok := errors.AsType[*contract.TimeoutError](result); ok {
@@ -91,7 +98,7 @@ func Decide(env envelope.Envelope, result error, q contract.QueueConfig, u float
 		return Decision{Action: contract.ActionDeadLetter, Successor: next, Reason: reason, Err: result}
 	}
 	next.Attempt++
-	next.Priority = 0 // a deferral's priority lasts one round
+	next.Priority = opts.Priority // a deferral's priority lasts one round
 	return Decision{Action: contract.ActionRetry, Successor: next, Delay: q.Retry.Delay(next.Attempt, u), Err: result}
 }
 
@@ -214,8 +221,18 @@ type Rules []contract.QueueConfig
 
 var _ workercore.Rules[envelope.Envelope, Decision] = Rules(nil)
 
-// Decode is envelope.Decode.
-func (Rules) Decode(_ int, body []byte) (envelope.Envelope, error) { return envelope.Decode(body) }
+// Decode is envelope.Decode, and refuses a job whose own options (package
+// jobopts) are of the wrong shape: it is malformed too.
+func (Rules) Decode(_ int, body []byte) (envelope.Envelope, error) {
+	env, err := envelope.Decode(body)
+	if err != nil {
+		return env, err
+	}
+	if _, err := jobopts.Read(env); err != nil {
+		return envelope.Envelope{}, err
+	}
+	return env, nil
+}
 
 // Timeout is queue q's handler timeout (contract.QueueConfig.Timeout).
 func (r Rules) Timeout(q int) time.Duration { return r[q].WithDefaults().Timeout }

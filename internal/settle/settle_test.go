@@ -1,9 +1,12 @@
 package settle
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -77,6 +80,62 @@ func TestDecide(t *testing.T) {
 				t.Fatalf("Decision.Err = %v, want the handler's error %v", got.Err, tc.result)
 			}
 		})
+	}
+}
+
+// A job's own options override its queue's: its attempts, and the
+// priority a retry goes back at after a deferral's round at the top. The
+// worker's decoder refuses options of the wrong shape as malformed.
+func TestDecideObeysTheJobsOwnOptions(t *testing.T) {
+	q := contract.QueueConfig{Name: "jobs", Retry: contract.RetryPolicy{Base: time.Second, MaxAttempts: 3, Jitter: contract.NoJitter}}
+	job := func(attempt int, priority uint8, ext string) envelope.Envelope {
+		env := envelope.Envelope{Version: envelope.Version, ID: "j1", Kind: "call-api", Queue: "jobs",
+			Payload: []byte(`{}`), Attempt: attempt, Priority: priority, EnqueuedAt: time.Unix(1, 0).UTC()}
+		if ext != "" {
+			env.Ext = map[string]json.RawMessage{}
+			if err := json.Unmarshal([]byte(ext), &env.Ext); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return env
+	}
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name   string
+		env    envelope.Envelope
+		result error
+		action contract.Action
+		next   uint8 // the successor's priority
+	}{
+		{"fewer attempts than the queue's", job(1, 0, `{"queuey_max_attempts":1}`), boom, contract.ActionDeadLetter, 0},
+		{"more attempts than the queue's", job(3, 0, `{"queuey_max_attempts":5}`), boom, contract.ActionRetry, 0},
+		{"attempts for ever", job(1000, 0, `{"queuey_max_attempts":-1}`), boom, contract.ActionRetry, 0},
+		{"a retry keeps the job's priority", job(1, 4, `{"queuey_priority":4}`), boom, contract.ActionRetry, 4},
+		{"a deferral goes to the top", job(1, 4, `{"queuey_priority":4}`), contract.Defer(time.Second, ""), contract.ActionDefer, 10},
+		{"then its retry returns to the job's", job(1, 10, `{"queuey_priority":4}`), boom, contract.ActionRetry, 4},
+		{"a dead letter goes at 0", job(3, 4, `{"queuey_priority":4}`), boom, contract.ActionDeadLetter, 0},
+	} {
+		dec := Decide(tc.env, tc.result, q, 0.5)
+		if dec.Action != tc.action || dec.Successor.Priority != tc.next {
+			t.Errorf("%s: %v at priority %d; want %v at %d", tc.name, dec.Action, dec.Successor.Priority, tc.action, tc.next)
+		}
+		if dec.Action != contract.ActionAck && !maps.EqualFunc(dec.Successor.Ext, tc.env.Ext, func(a, b json.RawMessage) bool { return bytes.Equal(a, b) }) {
+			t.Errorf("%s: the successor's Ext %s, want the job's", tc.name, dec.Successor.Ext)
+		}
+	}
+	for _, ext := range []string{`{"queuey_max_attempts":0}`, `{"queuey_max_attempts":-2}`, `{"queuey_max_attempts":"3"}`,
+		`{"queuey_max_attempts":3.0}`, `{"queuey_priority":256}`, `{"queuey_priority":-1}`, `{"queuey_priority":null}`} {
+		body, err := job(1, 0, ext).Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := (Rules{q}).Decode(0, body); !errors.Is(err, envelope.ErrMalformed) {
+			t.Errorf("ext %s: decoded with %v, want malformed", ext, err)
+		}
+	}
+	body, _ := job(1, 0, `{"queuey_max_attempts":2,"queuey_priority":0,"other":[1]}`).Encode()
+	if _, err := (Rules{q}).Decode(0, body); err != nil {
+		t.Errorf("valid options refused: %v", err)
 	}
 }
 

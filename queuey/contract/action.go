@@ -70,3 +70,18 @@ const (
 // stamps when a retried or deferred job is due: an RFC 3339 timestamp.
 // queuey.RunInfo.DueAt reads it.
 const ExtDueAt = "queuey_due_at"
+
+// The extension fields in which a producer records a job's own options
+// (queuey.WithMaxAttempts, queuey.WithPriority). Each is absent unless the
+// producer set it, and travels with the job through holds, retries, dead
+// letters and redrives. A worker refuses an envelope whose value is not
+// as described here: it is dead-lettered with ReasonMalformed.
+const (
+	// ExtMaxAttempts overrides the queue's RetryPolicy.MaxAttempts for
+	// this job: an integer, at least 1, or -1 to retry for ever.
+	ExtMaxAttempts = "queuey_max_attempts"
+	// ExtPriority is the job's own priority, an integer 0..255: what it
+	// is published at when enqueued, retried and redriven. A deferral
+	// still comes back at the queue's top priority, for one round.
+	ExtPriority = "queuey_priority"
+)

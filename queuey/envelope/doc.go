@@ -19,6 +19,11 @@
 //	enqueued_at  yes       string                 when the job was first enqueued; RFC 3339; not 0001-01-01T00:00:00Z
 //	ext          no        object                 extension fields of any JSON value; absent means none
 //
+// Keys of "ext" that start with "queuey_" are queuey's own: package
+// contract describes each (ExtMaxAttempts, ExtPriority, ExtDueAt). A
+// queuey worker refuses, as malformed, an envelope whose ExtMaxAttempts or
+// ExtPriority is not as described there.
+//
 // For example:
 //
 //	{"v":1,"id":"job-1","kind":"send_email","queue":"emails","payload":{"to":"a@example.com"},
