@@ -18,7 +18,9 @@ type Observer interface {
 	// Enqueue is called as a Producer is about to publish env. It may add
 	// extension fields to env.Ext, which travel with the job through its
 	// retries, deferrals and dead letter (trace context, say); the map is
-	// env's own. done is called with the publish's result.
+	// env's own. Keys that start with "queuey_" are queuey's (the job's
+	// own options among them, ExtMaxAttempts and ExtPriority): leave them
+	// as they are. done is called with the publish's result.
 	Enqueue(ctx context.Context, env *Envelope) (done func(err error))
 	// Run is called as a Worker is about to run a job's handler (or to
 	// find it has none). The context it returns is the handler's. done is

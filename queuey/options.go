@@ -13,8 +13,9 @@ import (
 
 // ErrInvalidOption is matched by the error of an enqueue whose options
 // the job or its queue cannot honour: a queue name or ID that no message
-// can carry, attempts below 1, a priority its queue has no room for.
-// Nothing was sent.
+// can carry, attempts below 1 (but -1), a priority its queue has no room
+// for or that the producer cannot check (a queue it did not declare),
+// WithPriority with Defer, or the zero EnqueueOption. Nothing was sent.
 var ErrInvalidOption = errors.New("queuey: invalid enqueue option")
 
 // EnqueueOption is one of a job's own options, given when it is enqueued:

@@ -32,7 +32,8 @@ type EnqueueResult struct {
 // enqueued (ErrMaybeEnqueued).
 //
 // The jobs may reach their queues in any order, as jobs enqueued by
-// several goroutines do. EnqueueManyErr summarises the results.
+// several goroutines do. WithOptions gives a job of the batch its own
+// options (an ID, a queue). EnqueueManyErr summarises the results.
 func (p *Producer) EnqueueMany(ctx context.Context, jobs []JobArgs) []EnqueueResult {
 	results := make([]EnqueueResult, len(jobs))
 	slots := make(chan struct{}, p.cfg.MaxInFlight)

@@ -61,6 +61,36 @@ func TestRunOutcome(t *testing.T) {
 	}
 }
 
+// A job's own attempts (queuey.WithMaxAttempts) decide its outcome in the
+// log, as they do in the worker: one attempt where the queue allows five,
+// and a bad option is refused and nothing is enqueued.
+func TestRunOutcomeObeysTheJobsOwnAttempts(t *testing.T) {
+	queues := []queuey.QueueConfig{{Name: "api", Prefetch: 1, Retry: queuey.RetryPolicy{MaxAttempts: 5, Jitter: queuey.NoJitter}}}
+	queueytest.Test(t, queueytest.Options{}, queues, func(t *testing.T, h *queueytest.Harness) {
+		queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[CallAPI]) error {
+			if job.MaxAttempts != 1 {
+				t.Errorf("JobContext.MaxAttempts %d, want the job's 1", job.MaxAttempts)
+			}
+			return errors.New("503")
+		})
+		h.Start()
+		id, err := h.Producer.Enqueue(t.Context(), CallAPI{URL: "x"}, queuey.WithMaxAttempts(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Producer.Enqueue(t.Context(), CallAPI{URL: "y"}, queuey.WithMaxAttempts(0)); !errors.Is(err, queuey.ErrInvalidOption) {
+			t.Fatalf("WithMaxAttempts(0): %v", err)
+		}
+		h.Settle()
+		if got := h.Log.OutcomesOf(id); len(got) != 1 || got[0].Result != "dead-letter: attempts exhausted" {
+			t.Errorf("runs %v, want one, dead-lettered", got)
+		}
+		if n := h.Dead("api"); n != 1 {
+			t.Errorf("%d dead letters, want 1", n)
+		}
+	})
+}
+
 // OutcomesOf lists one job's runs, in order, and no other job's.
 func TestOutcomesOf(t *testing.T) {
 	queues := []queuey.QueueConfig{{Name: "api", Prefetch: 1, Retry: queuey.RetryPolicy{MaxAttempts: 3, Jitter: queuey.NoJitter}}}

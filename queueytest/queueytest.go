@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/internal/jobopts"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
@@ -403,6 +404,9 @@ type Run struct {
 func (h *Harness) run(ctx context.Context, job queuey.JobContext, err error) Run {
 	env := queuey.Envelope{ID: job.ID, Kind: job.Kind, Queue: job.Queue, Attempt: job.Attempt,
 		Deferrals: job.Deferrals, Priority: job.Priority}
+	// The job's own attempts (queuey.WithMaxAttempts), as its envelope
+	// carried them: JobContext.MaxAttempts is the one in force.
+	env = jobopts.Write(env, jobopts.Options{MaxAttempts: job.MaxAttempts})
 	q := h.configs[job.Queue]
 	result := err
 	if err != nil && ctx.Err() == context.DeadlineExceeded {

@@ -78,3 +78,16 @@ func (o Options) Policy(q contract.QueueConfig) contract.RetryPolicy {
 	}
 	return p
 }
+
+// QueuePriority is the priority the job goes back at on queue q, but for a
+// deferral's round: its own where q takes it, else 0. A producer refuses
+// a priority q cannot take, but a job written by another producer, or
+// enqueued before its queue changed, may carry one: on a quorum queue, or
+// at or above a classic queue's top priority, which deferrals keep.
+func (o Options) QueuePriority(q contract.QueueConfig) uint8 {
+	q = q.WithDefaults()
+	if q.Type != contract.Classic || o.Priority >= q.TopPriority() {
+		return 0
+	}
+	return o.Priority
+}

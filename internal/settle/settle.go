@@ -98,7 +98,7 @@ func Decide(env envelope.Envelope, result error, q contract.QueueConfig, u float
 		return Decision{Action: contract.ActionDeadLetter, Successor: next, Reason: reason, Err: result}
 	}
 	next.Attempt++
-	next.Priority = opts.Priority // a deferral's priority lasts one round
+	next.Priority = opts.QueuePriority(q) // a deferral's priority lasts one round
 	return Decision{Action: contract.ActionRetry, Successor: next, Delay: q.Retry.Delay(next.Attempt, u), Err: result}
 }
 

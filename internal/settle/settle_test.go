@@ -114,8 +114,15 @@ func TestDecideObeysTheJobsOwnOptions(t *testing.T) {
 		{"a deferral goes to the top", job(1, 4, `{"queuey_priority":4}`), contract.Defer(time.Second, ""), contract.ActionDefer, 10},
 		{"then its retry returns to the job's", job(1, 10, `{"queuey_priority":4}`), boom, contract.ActionRetry, 4},
 		{"a dead letter goes at 0", job(3, 4, `{"queuey_priority":4}`), boom, contract.ActionDeadLetter, 0},
+		{"never at the deferrals' level", job(1, 10, `{"queuey_priority":10}`), boom, contract.ActionRetry, 0},
+		{"nor above it", job(1, 10, `{"queuey_priority":200}`), boom, contract.ActionRetry, 0},
 	} {
 		dec := Decide(tc.env, tc.result, q, 0.5)
+		if quorum := (contract.QueueConfig{Name: "jobs", Type: contract.Quorum, Retry: q.Retry}); dec.Action == contract.ActionRetry {
+			if d := Decide(tc.env, tc.result, quorum, 0.5); d.Successor.Priority != 0 {
+				t.Errorf("%s: a quorum queue's retry at priority %d", tc.name, d.Successor.Priority)
+			}
+		}
 		if dec.Action != tc.action || dec.Successor.Priority != tc.next {
 			t.Errorf("%s: %v at priority %d; want %v at %d", tc.name, dec.Action, dec.Successor.Priority, tc.action, tc.next)
 		}
