@@ -1,6 +1,6 @@
 // Package examples_test keeps the README's code blocks the files of this
 // folder that build, run and pass: the quick start, a handler's test, a
-// bulk enqueue and per-job options.
+// bulk enqueue, per-job options and periodic jobs.
 package examples_test
 
 import (
@@ -20,7 +20,7 @@ var update = flag.Bool("update", false, "copy each example file into its README 
 var marker = regexp.MustCompile(`^<!-- (examples/[^ ]+) -->$`)
 
 // shown are the files the README must show.
-var shown = []string{"examples/quickstart/main.go", "examples/handlertest/handler_test.go", "examples/bulk/enqueue.go", "examples/options/enqueue.go"}
+var shown = []string{"examples/quickstart/main.go", "examples/handlertest/handler_test.go", "examples/bulk/enqueue.go", "examples/options/enqueue.go", "examples/periodic/schedule.go"}
 
 // Every code block of the README marked with a file is that file, byte for
 // byte, and the README shows each file of shown. With -update, the test

@@ -1,0 +1,273 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/queuey/queuey/internal/schedcore"
+	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// PeriodicJob is a job a Scheduler enqueues at every tick of its interval.
+type PeriodicJob struct {
+	// Name names the schedule: each tick's job has the ID Name + "@" +
+	// the tick in RFC 3339, UTC, to the second (e.g.
+	// "daily-report@2026-12-04T00:00:00Z"), so that a tick enqueued twice
+	// across a failover is recognisable. 1 to 200 bytes of UTF-8, unique
+	// within a Scheduler.
+	Name string
+	// Every is the interval: a whole number of seconds, at least one. The
+	// ticks are its multiples since the Unix epoch (Every 24h ticks at
+	// midnight UTC), the same in every process.
+	Every time.Duration
+	// Args returns the job of the tick. Required.
+	Args func(tick time.Time) queuey.JobArgs
+	// Options are the job's own options (queuey.EnqueueOption); the
+	// Scheduler adds WithID with the tick's ID.
+	Options []queuey.EnqueueOption
+}
+
+// SchedulerOptions configure a Scheduler. The zero value is ready to use.
+type SchedulerOptions struct {
+	// Group names the election: of the schedulers of one Group on a
+	// broker, one leads at a time. Its queue is
+	// "queuey.scheduler." + Group. Defaults to "default".
+	Group string
+	// Refresh is how often the leader renews its token, and a process
+	// that does not lead offers one. It must stay well under the broker's
+	// consumer timeout (30 minutes by default). Defaults to one minute.
+	Refresh time.Duration
+	// Logger receives the scheduler's logs: INFO when it starts or stops
+	// leading, WARN when an enqueue fails (it is tried again every
+	// second). Defaults to the backend's.
+	Logger *slog.Logger
+}
+
+// DefaultSchedulerRefresh is SchedulerOptions.Refresh's default.
+const DefaultSchedulerRefresh = time.Minute
+
+// schedulerActionTimeout bounds one publish or enqueue of a scheduler: a
+// confirm that never comes must not stop the schedule for good.
+const schedulerActionTimeout = 30 * time.Second
+
+// schedulerRetryDelay is how long a scheduler waits before it tries a
+// failed action again.
+const schedulerRetryDelay = time.Second
+
+// tokenPrefetch is how many tokens a leader may hold before it
+// acknowledges the surplus: a group's processes offer about one a Refresh
+// each.
+const tokenPrefetch = 100
+
+// Scheduler enqueues periodic jobs, one process of a group at a time. Its
+// processes elect a leader with RabbitMQ's single active consumer on a
+// quorum queue, and the leader passes on, in the tokens it holds, the last
+// tick it enqueued of each job; docs/periodic.md describes the design and
+// what happens to ticks missed while no process led (the latest is
+// enqueued once, the older are skipped).
+type Scheduler struct {
+	b        *Backend
+	producer *queuey.Producer
+	jobs     []PeriodicJob
+	opts     SchedulerOptions
+	queue    string
+	log      *slog.Logger
+	leading  atomic.Bool
+	running  atomic.Bool
+}
+
+// NewScheduler checks jobs and returns a scheduler that enqueues them
+// through producer, electing its leader on backend's broker. It declares
+// nothing until Run.
+func NewScheduler(backend *Backend, producer *queuey.Producer, jobs []PeriodicJob, opts SchedulerOptions) (*Scheduler, error) {
+	if backend == nil || producer == nil {
+		return nil, errors.New("rabbitmq: NewScheduler: backend and producer are required")
+	}
+	if opts.Group == "" {
+		opts.Group = "default"
+	}
+	if opts.Refresh == 0 {
+		opts.Refresh = DefaultSchedulerRefresh
+	}
+	if opts.Refresh < time.Second {
+		return nil, fmt.Errorf("rabbitmq: NewScheduler: Refresh %v is under a second", opts.Refresh)
+	}
+	queue := "queuey.scheduler." + opts.Group
+	if err := backend.top.CheckQueueName(queue); err != nil {
+		return nil, fmt.Errorf("rabbitmq: NewScheduler: Group %q: %w", opts.Group, err)
+	}
+	seen := map[string]bool{}
+	for i, j := range jobs {
+		var why string
+		switch {
+		case j.Name == "" || len(j.Name) > 200:
+			why = fmt.Sprintf("Name must be 1 to 200 bytes, is %d", len(j.Name))
+		case !utf8.ValidString(j.Name):
+			why = "Name is not valid UTF-8"
+		case seen[j.Name]:
+			why = "Name is used twice"
+		case j.Every < time.Second || j.Every%time.Second != 0:
+			why = fmt.Sprintf("Every %v is not a whole number of seconds, at least one", j.Every)
+		case j.Args == nil:
+			why = "Args is nil"
+		}
+		if why != "" {
+			return nil, fmt.Errorf("rabbitmq: NewScheduler: job %d (%q): %s", i, j.Name, why)
+		}
+		seen[j.Name] = true
+	}
+	if len(jobs) == 0 {
+		return nil, errors.New("rabbitmq: NewScheduler: no jobs")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = backend.logger
+	}
+	return &Scheduler{b: backend, producer: producer, jobs: jobs, opts: opts, queue: queue,
+		log: log.With(slog.String("scheduler_group", opts.Group))}, nil
+}
+
+// Leading reports whether this process leads its group now.
+func (s *Scheduler) Leading() bool { return s.leading.Load() }
+
+// Run declares the group's election queue (a quorum queue with single
+// active consumer), joins the election, and enqueues the jobs' ticks
+// while this process leads, until ctx ends (then it returns nil, and its
+// tokens go to the next process) or its subscription ends for good. On a
+// backend from Connect it survives dropped connections, leading again
+// only if the broker hands it a token again.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("rabbitmq: Scheduler.Run called twice")
+	}
+	defer s.leading.Store(false)
+	if err := s.declare(ctx); err != nil {
+		return err
+	}
+	cons, err := s.b.Consume(ctx, s.queue, tokenPrefetch)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: scheduler: %w", err)
+	}
+	defer func() { _ = cons.Close() }() // a closed channel returns the tokens
+	var lost <-chan uint64
+	if l, ok := cons.(interface{ Lost() <-chan uint64 }); ok {
+		lost = l.Lost()
+	}
+	schedules := make([]schedcore.Schedule, len(s.jobs))
+	for i, j := range s.jobs {
+		schedules[i] = schedcore.Schedule{Name: j.Name, Every: j.Every}
+	}
+	sh := &schedShell{s: s, core: schedcore.New(schedules, schedcore.Config{Refresh: s.opts.Refresh, RetryDelay: schedulerRetryDelay}),
+		tokens: map[schedcore.TokenRef]queuey.Delivery{}, timer: time.NewTimer(time.Hour)}
+	defer sh.timer.Stop()
+	var ids uint64
+	sh.do(ctx, sh.core.Start(time.Now()))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-cons.Deliveries():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("rabbitmq: scheduler: its subscription ended: %w", cons.Err())
+			}
+			var gen uint64 = 1
+			if g, ok := d.(interface{ Generation() uint64 }); ok {
+				gen = g.Generation()
+			}
+			ids++
+			ref := schedcore.TokenRef{Gen: gen, ID: ids}
+			sh.tokens[ref] = d
+			sh.do(ctx, sh.core.Token(ref, d.Body(), time.Now()))
+		case gen := <-lost:
+			for ref := range sh.tokens {
+				if ref.Gen <= gen {
+					delete(sh.tokens, ref)
+				}
+			}
+			sh.do(ctx, sh.core.Lost(gen, time.Now()))
+		case <-sh.timer.C:
+			sh.do(ctx, sh.core.Time(time.Now()))
+		}
+	}
+}
+
+// declare declares the election queue, durable and quorum, with single
+// active consumer.
+func (s *Scheduler) declare(ctx context.Context) error {
+	ch, err := s.b.openChannel(ctx, "declaring "+s.queue)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: scheduler: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	args := amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true}
+	if _, err := ch.QueueDeclare(s.queue, true, false, false, false, args); err != nil {
+		return fmt.Errorf("rabbitmq: scheduler: declaring its election queue %q: %w", s.queue, err)
+	}
+	return nil
+}
+
+// schedShell carries out what the scheduler's core asks, one action at a
+// time, on the Run goroutine.
+type schedShell struct {
+	s      *Scheduler
+	core   *schedcore.Core
+	tokens map[schedcore.TokenRef]queuey.Delivery
+	timer  *time.Timer
+}
+
+func (sh *schedShell) do(ctx context.Context, acts []schedcore.Action) {
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		if a.Kind == schedcore.Wake {
+			sh.timer.Reset(max(time.Until(a.At), 0))
+			continue
+		}
+		err := sh.act(ctx, a)
+		acts = append(acts, sh.core.Done(err, time.Now())...)
+	}
+	if was := sh.s.leading.Swap(sh.core.Leading()); was != sh.core.Leading() {
+		if was {
+			sh.s.log.InfoContext(ctx, "queuey: scheduler no longer leads its group")
+		} else {
+			sh.s.log.InfoContext(ctx, "queuey: scheduler leads its group")
+		}
+	}
+}
+
+// act carries out one effectful action.
+func (sh *schedShell) act(ctx context.Context, a schedcore.Action) error {
+	ctx, cancel := context.WithTimeout(ctx, schedulerActionTimeout)
+	defer cancel()
+	switch a.Kind {
+	case schedcore.Enqueue:
+		j := sh.s.jobs[a.Schedule]
+		id := schedcore.TickID(j.Name, a.Tick)
+		_, err := sh.s.producer.Enqueue(ctx, queuey.WithOptions(j.Args(a.Tick), j.Options...), queuey.WithID(id))
+		if err != nil {
+			sh.s.log.WarnContext(ctx, "queuey: scheduler: enqueueing a tick failed; trying again", slog.String("job_id", id), slog.String("error", err.Error()))
+			return err
+		}
+		sh.s.log.DebugContext(ctx, "queuey: scheduler: enqueued a tick", slog.String("job_id", id))
+		return nil
+	case schedcore.PublishToken:
+		return sh.s.b.publish(ctx, sh.s.queue, amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json", Body: a.Body})
+	case schedcore.Ack:
+		d, ok := sh.tokens[a.Token]
+		if !ok {
+			return errors.New("rabbitmq: scheduler: token gone with its channel")
+		}
+		delete(sh.tokens, a.Token)
+		return d.Ack()
+	}
+	return fmt.Errorf("rabbitmq: scheduler: unknown action %d", a.Kind)
+}
