@@ -357,3 +357,87 @@ func TestLiveSchedulerFailsOver(t *testing.T) {
 	t.Logf("%d ticks from %s to %s; enqueued twice (across the failover): %v; coalesced into the takeover's: %v",
 		len(seen), firstTick.Format(time.TimeOnly), lastTick.Format(time.TimeOnly), dups, coalesced)
 }
+
+// Two scheduler processes on supervised backends (Connect) over membroker:
+// the leader's connection dropped, then the broker restarted, then killed.
+// Each process reconnects; one leads at a time, and at the end one leads;
+// every minute's tick is on the queue, and one is there twice only in a
+// minute a fault struck.
+func TestSchedulerSurvivesDropsRestartsAndKillsOnMembroker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+		start := time.Now()
+		type proc struct {
+			net   *memNet
+			sched *Scheduler
+		}
+		var procs []*proc
+		for range 2 {
+			n := &memNet{broker: broker}
+			b, err := Connect(t.Context(), ConnectOptions{URLs: []string{secretURL}, Dial: n.dial, Rand: func() float64 { return 0.5 }},
+				Options{Topology: Topology{ClassicHolds: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			producer, err := queuey.NewProducer(t.Context(), b, tickQueues, queuey.ProducerConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sched, err := NewScheduler(b, producer, everyMinute, SchedulerOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, stop := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- sched.Run(ctx) }()
+			t.Cleanup(func() {
+				stop()
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+				_ = b.Close()
+			})
+			procs = append(procs, &proc{net: n, sched: sched})
+		}
+		leaders := func() (ids []int) {
+			for i, p := range procs {
+				if p.sched.Leading() {
+					ids = append(ids, i)
+				}
+			}
+			return ids
+		}
+		faults := map[string]bool{} // tick IDs of the minutes a fault struck in
+		strike := func(what string, f func()) {
+			time.Sleep(5*time.Minute + 17*time.Second)
+			synctest.Wait()
+			l := leaders()
+			if len(l) != 1 {
+				t.Fatalf("before the %s: leaders %v", what, l)
+			}
+			t.Logf("%s at %s; process %d leads", what, time.Now().UTC().Format(time.TimeOnly), l[0])
+			faults["minutely@"+time.Now().UTC().Truncate(time.Minute).Format(time.RFC3339)] = true
+			f()
+		}
+		strike("drop", func() { procs[leaders()[0]].net.drop() })
+		strike("restart", broker.Restart)
+		strike("kill", broker.Crash)
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		if l := leaders(); len(l) != 1 {
+			t.Fatalf("at the end: leaders %v", l)
+		}
+		seen := map[string]int{}
+		ids := ticksOn(t, broker)
+		for _, id := range ids {
+			seen[id]++
+		}
+		t.Logf("%d jobs for %d ticks; process %d leads at the end", len(ids), len(seen), leaders()[0])
+		for tick := start.Truncate(time.Minute); !tick.After(time.Now()); tick = tick.Add(time.Minute) {
+			id := "minutely@" + tick.UTC().Format(time.RFC3339)
+			if n := seen[id]; n == 0 || (n > 1 && !faults[id]) {
+				t.Errorf("tick %s enqueued %d times", id, n)
+			}
+		}
+	})
+}
