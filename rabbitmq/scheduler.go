@@ -2,9 +2,12 @@ package rabbitmq
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -52,6 +55,10 @@ type SchedulerOptions struct {
 // DefaultSchedulerRefresh is SchedulerOptions.Refresh's default.
 const DefaultSchedulerRefresh = time.Minute
 
+// maxSchedulerRefresh is the longest SchedulerOptions.Refresh: a third of
+// RabbitMQ's default consumer timeout, 30 minutes.
+const maxSchedulerRefresh = 10 * time.Minute
+
 // schedulerActionTimeout bounds one publish or enqueue of a scheduler: a
 // confirm that never comes must not stop the schedule for good.
 const schedulerActionTimeout = 30 * time.Second
@@ -78,6 +85,7 @@ type Scheduler struct {
 	opts     SchedulerOptions
 	queue    string
 	log      *slog.Logger
+	id       string // the process's name in its tokens
 	leading  atomic.Bool
 	running  atomic.Bool
 }
@@ -95,8 +103,8 @@ func NewScheduler(backend *Backend, producer *queuey.Producer, jobs []PeriodicJo
 	if opts.Refresh == 0 {
 		opts.Refresh = DefaultSchedulerRefresh
 	}
-	if opts.Refresh < time.Second {
-		return nil, fmt.Errorf("rabbitmq: NewScheduler: Refresh %v is under a second", opts.Refresh)
+	if opts.Refresh < time.Second || opts.Refresh > maxSchedulerRefresh {
+		return nil, fmt.Errorf("rabbitmq: NewScheduler: Refresh %v is outside 1s..%v: a token held longer risks the broker's consumer timeout", opts.Refresh, maxSchedulerRefresh)
 	}
 	queue := "queuey.scheduler." + opts.Group
 	if err := backend.top.CheckQueueName(queue); err != nil {
@@ -129,7 +137,9 @@ func NewScheduler(backend *Backend, producer *queuey.Producer, jobs []PeriodicJo
 	if log == nil {
 		log = backend.logger
 	}
-	return &Scheduler{b: backend, producer: producer, jobs: jobs, opts: opts, queue: queue,
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return &Scheduler{b: backend, producer: producer, jobs: slices.Clone(jobs), opts: opts, queue: queue, id: hex.EncodeToString(id[:]),
 		log: log.With(slog.String("scheduler_group", opts.Group))}, nil
 }
 
@@ -144,8 +154,9 @@ func (s *Scheduler) Leading() bool { return s.leading.Load() }
 // only if the broker hands it a token again.
 func (s *Scheduler) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
-		return errors.New("rabbitmq: Scheduler.Run called twice")
+		return errors.New("rabbitmq: Scheduler.Run is running already")
 	}
+	defer s.running.Store(false)
 	defer s.leading.Store(false)
 	if err := s.declare(ctx); err != nil {
 		return err
@@ -163,8 +174,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	for i, j := range s.jobs {
 		schedules[i] = schedcore.Schedule{Name: j.Name, Every: j.Every}
 	}
-	sh := &schedShell{s: s, core: schedcore.New(schedules, schedcore.Config{Refresh: s.opts.Refresh, RetryDelay: schedulerRetryDelay}),
-		tokens: map[schedcore.TokenRef]queuey.Delivery{}, timer: time.NewTimer(time.Hour)}
+	sh := &schedShell{s: s, core: schedcore.New(schedules, schedcore.Config{ID: s.id, Refresh: s.opts.Refresh, RetryDelay: schedulerRetryDelay}),
+		tokens: map[schedcore.TokenRef]queuey.Delivery{}, timer: time.NewTimer(time.Hour), lost: lost}
 	defer sh.timer.Stop()
 	var ids uint64
 	sh.do(ctx, sh.core.Start(time.Now()))
@@ -188,12 +199,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			sh.tokens[ref] = d
 			sh.do(ctx, sh.core.Token(ref, d.Body(), time.Now()))
 		case gen := <-lost:
-			for ref := range sh.tokens {
-				if ref.Gen <= gen {
-					delete(sh.tokens, ref)
-				}
-			}
-			sh.do(ctx, sh.core.Lost(gen, time.Now()))
+			sh.do(ctx, sh.lose(gen))
 		case <-sh.timer.C:
 			sh.do(ctx, sh.core.Time(time.Now()))
 		}
@@ -208,7 +214,9 @@ func (s *Scheduler) declare(ctx context.Context) error {
 		return fmt.Errorf("rabbitmq: scheduler: %w", err)
 	}
 	defer func() { _ = ch.Close() }()
-	args := amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true}
+	// No delivery limit: a token returned by every leader that died
+	// holding it must not be dropped after 20 returns.
+	args := amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": -1}
 	if _, err := ch.QueueDeclare(s.queue, true, false, false, false, args); err != nil {
 		return fmt.Errorf("rabbitmq: scheduler: declaring its election queue %q: %w", s.queue, err)
 	}
@@ -222,7 +230,12 @@ type schedShell struct {
 	core   *schedcore.Core
 	tokens map[schedcore.TokenRef]queuey.Delivery
 	timer  *time.Timer
+	lost   <-chan uint64 // the supervised consumer's lost channels; nil without
 }
+
+// errLeadLost is the result of an enqueue not attempted: the channel that
+// made this process the leader is gone.
+var errLeadLost = errors.New("rabbitmq: scheduler: its election channel is gone")
 
 func (sh *schedShell) do(ctx context.Context, acts []schedcore.Action) {
 	for len(acts) > 0 {
@@ -231,6 +244,16 @@ func (sh *schedShell) do(ctx context.Context, acts []schedcore.Action) {
 		if a.Kind == schedcore.Wake {
 			sh.timer.Reset(max(time.Until(a.At), 0))
 			continue
+		}
+		if a.Kind == schedcore.Enqueue {
+			// Another process leads as soon as the broker has closed this
+			// one's channel: look before every enqueue, not only between
+			// events, since an enqueue may take a while.
+			if gen, ok := sh.lostNow(); ok {
+				acts = append(acts, sh.core.Done(errLeadLost, time.Now())...)
+				acts = append(acts, sh.lose(gen)...)
+				continue
+			}
 		}
 		err := sh.act(ctx, a)
 		acts = append(acts, sh.core.Done(err, time.Now())...)
@@ -244,6 +267,34 @@ func (sh *schedShell) do(ctx context.Context, acts []schedcore.Action) {
 	}
 }
 
+// lostNow reports a lost channel the shell has not told the core of: one
+// the supervised consumer reported, or the channel of a token it holds
+// that has closed.
+func (sh *schedShell) lostNow() (uint64, bool) {
+	select {
+	case gen := <-sh.lost:
+		return gen, true
+	default:
+	}
+	for ref, d := range sh.tokens {
+		if st, ok := d.(interface{ Stale() bool }); ok && st.Stale() {
+			return ref.Gen, true
+		}
+	}
+	return 0, false
+}
+
+// lose tells the core that the channel of generation gen, and those
+// before it, are gone with their tokens.
+func (sh *schedShell) lose(gen uint64) []schedcore.Action {
+	for ref := range sh.tokens {
+		if ref.Gen <= gen {
+			delete(sh.tokens, ref)
+		}
+	}
+	return sh.core.Lost(gen, time.Now())
+}
+
 // act carries out one effectful action.
 func (sh *schedShell) act(ctx context.Context, a schedcore.Action) error {
 	ctx, cancel := context.WithTimeout(ctx, schedulerActionTimeout)
@@ -252,15 +303,21 @@ func (sh *schedShell) act(ctx context.Context, a schedcore.Action) error {
 	case schedcore.Enqueue:
 		j := sh.s.jobs[a.Schedule]
 		id := schedcore.TickID(j.Name, a.Tick)
-		_, err := sh.s.producer.Enqueue(ctx, queuey.WithOptions(j.Args(a.Tick), j.Options...), queuey.WithID(id))
+		err := sh.enqueue(ctx, j, a.Tick, id)
 		if err != nil {
-			sh.s.log.WarnContext(ctx, "queuey: scheduler: enqueueing a tick failed; trying again", slog.String("job_id", id), slog.String("error", err.Error()))
+			if ctx.Err() == nil {
+				sh.s.log.WarnContext(ctx, "queuey: scheduler: enqueueing a tick failed; trying again", slog.String("job_id", id), slog.String("error", err.Error()))
+			}
 			return err
 		}
 		sh.s.log.DebugContext(ctx, "queuey: scheduler: enqueued a tick", slog.String("job_id", id))
 		return nil
 	case schedcore.PublishToken:
-		return sh.s.b.publish(ctx, sh.s.queue, amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json", Body: a.Body})
+		err := sh.s.b.publish(ctx, sh.s.queue, amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json", Body: a.Body})
+		if err != nil && ctx.Err() == nil {
+			sh.s.log.WarnContext(ctx, "queuey: scheduler: publishing a token failed; trying again", slog.String("error", err.Error()))
+		}
+		return err
 	case schedcore.Ack:
 		d, ok := sh.tokens[a.Token]
 		if !ok {
@@ -270,4 +327,17 @@ func (sh *schedShell) act(ctx context.Context, a schedcore.Action) error {
 		return d.Ack()
 	}
 	return fmt.Errorf("rabbitmq: scheduler: unknown action %d", a.Kind)
+}
+
+// enqueue enqueues job j's tick with ID id. A panic in j.Args is an error,
+// so that one schedule's bug neither kills the process nor, since the
+// core tries the failed schedule again later, stops the others.
+func (sh *schedShell) enqueue(ctx context.Context, j PeriodicJob, tick time.Time, id string) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("rabbitmq: scheduler: %s's Args panicked: %v", j.Name, v)
+		}
+	}()
+	_, err = sh.s.producer.Enqueue(ctx, queuey.WithOptions(j.Args(tick), j.Options...), queuey.WithID(id))
+	return err
 }

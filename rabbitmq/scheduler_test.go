@@ -167,7 +167,8 @@ func TestNewSchedulerRefusesBadJobs(t *testing.T) {
 		{[]PeriodicJob{{Name: "a", Every: 1500 * time.Millisecond, Args: args}}, SchedulerOptions{}, "whole number of seconds"},
 		{[]PeriodicJob{{Name: "a", Every: 0, Args: args}}, SchedulerOptions{}, "whole number of seconds"},
 		{[]PeriodicJob{{Name: "a", Every: time.Second}}, SchedulerOptions{}, "Args is nil"},
-		{[]PeriodicJob{{Name: "a", Every: time.Second, Args: args}}, SchedulerOptions{Refresh: time.Millisecond}, "under a second"},
+		{[]PeriodicJob{{Name: "a", Every: time.Second, Args: args}}, SchedulerOptions{Refresh: time.Millisecond}, "outside 1s..10m0s"},
+		{[]PeriodicJob{{Name: "a", Every: time.Second, Args: args}}, SchedulerOptions{Refresh: 11 * time.Minute}, "consumer timeout"},
 		{[]PeriodicJob{{Name: "a", Every: time.Second, Args: args}}, SchedulerOptions{Group: strings.Repeat("g", 250)}, "Group"},
 	} {
 		if _, err := NewScheduler(backend, producer, tc.jobs, tc.opts); err == nil || !strings.Contains(err.Error(), tc.says) {
@@ -177,17 +178,70 @@ func TestNewSchedulerRefusesBadJobs(t *testing.T) {
 	if _, err := NewScheduler(nil, producer, everyMinute, SchedulerOptions{}); err == nil {
 		t.Error("no backend: accepted")
 	}
-	s, err := NewScheduler(backend, producer, everyMinute, SchedulerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	go func() { _ = s.Run(ctx) }()
-	time.Sleep(10 * time.Millisecond)
-	if err := s.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "twice") {
-		t.Errorf("a second Run: %v", err)
-	}
+}
+
+// Run refuses to run twice at once, and runs again once it has returned.
+func TestSchedulerRunOnceAtATime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := membroker.New(membroker.Config{Clock: clock.New()})
+		conn, err := b.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		backend, err := New(Channels(conn.Channel), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		producer, err := queuey.NewProducer(t.Context(), backend, tickQueues, queuey.ProducerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewScheduler(backend, producer, everyMinute, SchedulerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			synctest.Wait()
+			if !s.Leading() {
+				t.Fatal("a lone process does not lead")
+			}
+			if err := s.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "running already") {
+				t.Fatalf("a second Run: %v", err)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if s.Leading() {
+				t.Fatal("leading after Run returned")
+			}
+		}
+	})
+}
+
+// A schedule whose job cannot be enqueued (its options refused, its Args
+// panicking) is tried again every second and stops no other schedule.
+func TestSchedulerABrokenScheduleStopsNoOther(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := membroker.New(membroker.Config{Clock: clock.New(), Version: membroker.RabbitMQ40})
+		jobs := []PeriodicJob{
+			{Name: "refused", Every: time.Minute, Args: func(time.Time) queuey.JobArgs { return tickJob{} },
+				Options: []queuey.EnqueueOption{queuey.WithMaxAttempts(0)}},
+			{Name: "panics", Every: time.Minute, Args: func(time.Time) queuey.JobArgs { panic("boom") }},
+			everyMinute[0],
+		}
+		startSchedProcess(t, b, jobs)
+		time.Sleep(5*time.Minute + 30*time.Second)
+		synctest.Wait()
+		got := ticksOn(t, b)
+		if len(got) != 6 || !strings.HasPrefix(got[0], "minutely@") {
+			t.Fatalf("ticks %v, want minutely's six", got)
+		}
+	})
 }
 
 // Two scheduler processes on the live broker at AMQP_URL, a tick every

@@ -2,8 +2,8 @@
 // scheduler process, free of goroutines, I/O and clocks. It takes events
 // (a token delivered, its channel lost, an action done, the time) and says
 // what to do (enqueue a tick's job, publish a token, acknowledge one, wake
-// at a time). rabbitmq.Scheduler runs it on a real broker; the simulator
-// runs the same core on membroker. docs/periodic.md is the design.
+// at a time). rabbitmq.Scheduler runs it, on a live broker or on
+// membroker. docs/periodic.md is the design.
 //
 // # Election
 //
@@ -17,6 +17,10 @@
 //
 // No token is acknowledged before a token with the leader's whole state
 // is confirmed in the queue, so the state survives any loss of the leader.
+// A new leader enqueues nothing until the first token it published has
+// come back to it: the broker hands out a queue's messages in order, so it
+// has then read every token that was there before, and knows all the group
+// recorded.
 // The leader republishes its state every Refresh, and then acknowledges
 // the older tokens, so no delivery stays unacknowledged long enough for the
 // broker's consumer timeout. A process that holds no token publishes an
@@ -68,12 +72,16 @@ func (s Schedule) Tick(now time.Time) time.Time {
 
 // Config configures a Core.
 type Config struct {
+	// ID names this process in the tokens it publishes, so that it knows
+	// its own when they come back: unique in the group.
+	ID string
 	// Refresh is how often a leader republishes its state, and a follower
 	// publishes an empty token. It must stay well under the broker's
 	// consumer timeout.
 	Refresh time.Duration
 	// RetryDelay is how long the core waits before it tries again an
-	// action that failed.
+	// action that failed: a token's publish or acknowledgement, or one
+	// schedule's enqueue (the other schedules go on meanwhile).
 	RetryDelay time.Duration
 }
 
@@ -111,10 +119,12 @@ type TokenRef struct {
 	ID  uint64
 }
 
-// held is a token this process holds, and the state it carries.
+// held is a token this process holds, and what it carries.
 type held struct {
 	ref   TokenRef
 	state map[string]int64
+	by    string // the process that published it
+	seq   uint64 // its number among that process's tokens
 }
 
 // Core is one scheduler process's decisions. Its methods are not safe for
@@ -122,33 +132,59 @@ type held struct {
 type Core struct {
 	schedules []Schedule
 	cfg       Config
-	held      []held           // the tokens this process holds, in delivery order
-	last      map[string]int64 // the latest tick enqueued, by schedule, in Unix seconds: what the group knows
-	persisted map[string]int64 // the state of this process's last confirmed token; nil before one
-	busy      *Action          // the action awaiting its Done
-	refreshAt time.Time        // when to publish a token next
-	retryAt   time.Time        // after a failure: no effectful action before it
+	held      []held // the tokens this process holds, in delivery order
+	// leading says the broker made this process's consumer the active
+	// one, on the channel of generation leadGen: it delivered a token
+	// there, and the channel has not been lost since. It stays active
+	// until then, whatever tokens it holds.
+	leading bool
+	leadGen uint64
+	last    map[string]int64 // the latest tick enqueued, by schedule, in Unix seconds: what the group knows
+	// persisted is the state of this process's last confirmed token since
+	// it began to lead, when persistedOK.
+	persisted    map[string]int64
+	persistedOK  bool
+	persistedSeq uint64 // the token that carries it
+	seq          uint64 // tokens published so far
+	// firstSeq is the first token published since this process began to
+	// lead; synced once that token has come back.
+	firstSeq  uint64
+	synced    bool
+	busy      *Action     // the action awaiting its Done
+	refreshAt time.Time   // when to publish a token next
+	retryAt   time.Time   // after a token's publish or ack failed: none before it
+	schedWait []time.Time // by schedule: after its enqueue failed, none before it
 }
 
 // New returns a core for schedules, holding no token.
 func New(schedules []Schedule, cfg Config) *Core {
-	return &Core{schedules: slices.Clone(schedules), cfg: cfg, last: map[string]int64{}}
+	return &Core{schedules: slices.Clone(schedules), cfg: cfg, last: map[string]int64{},
+		schedWait: make([]time.Time, len(schedules))}
 }
 
-// Leading reports whether this process holds a token.
-func (c *Core) Leading() bool { return len(c.held) > 0 }
+// Leading reports whether this process leads: the broker delivered it a
+// token on its current channel.
+func (c *Core) Leading() bool { return c.leading }
 
 // Start is the first event: a follower publishes a token at once.
 func (c *Core) Start(now time.Time) []Action { return c.next(now) }
 
 // Token is a token delivered to this process, and its body.
 func (c *Core) Token(ref TokenRef, body []byte, now time.Time) []Action {
-	state := decodeState(body)
-	c.held = append(c.held, held{ref, state})
-	for name, tick := range state {
+	t := decodeToken(body)
+	if !c.leading || ref.Gen > c.leadGen {
+		// It leads from now on, knowing only what it has been handed.
+		c.leading, c.leadGen = true, ref.Gen
+		c.persisted, c.persistedOK, c.persistedSeq, c.firstSeq, c.synced = nil, false, 0, 0, false
+	}
+	c.held = append(c.held, held{ref: ref, state: t.Last, by: t.By, seq: t.Seq})
+	for name, tick := range t.Last {
 		if tick > c.last[name] {
 			c.last[name] = tick
 		}
+	}
+	if t.By == c.cfg.ID && c.firstSeq != 0 && t.Seq >= c.firstSeq {
+		c.synced = true
 	}
 	return c.next(now)
 }
@@ -157,8 +193,8 @@ func (c *Core) Token(ref TokenRef, body []byte, now time.Time) []Action {
 // gone, with the tokens delivered on it: the broker has returned them.
 func (c *Core) Lost(gen uint64, now time.Time) []Action {
 	c.held = slices.DeleteFunc(c.held, func(h held) bool { return h.ref.Gen <= gen })
-	if !c.Leading() {
-		c.persisted = nil
+	if gen >= c.leadGen {
+		c.leading = false
 	}
 	return c.next(now)
 }
@@ -175,10 +211,15 @@ func (c *Core) Done(err error, now time.Time) []Action {
 		return c.next(now)
 	}
 	if err != nil {
-		c.retryAt = now.Add(c.cfg.RetryDelay)
-		if a.Kind == Ack {
+		switch a.Kind {
+		case Enqueue:
+			c.schedWait[a.Schedule] = now.Add(c.cfg.RetryDelay)
+		case Ack:
 			// Its channel is gone, and with it the token: Lost follows.
 			c.drop(a.Token)
+			c.retryAt = now.Add(c.cfg.RetryDelay)
+		default:
+			c.retryAt = now.Add(c.cfg.RetryDelay)
 		}
 		return c.next(now)
 	}
@@ -189,8 +230,14 @@ func (c *Core) Done(err error, now time.Time) []Action {
 			c.last[name] = t
 		}
 	case PublishToken:
-		c.persisted = decodeState(a.Body)
+		t := decodeToken(a.Body)
 		c.refreshAt = now.Add(c.cfg.Refresh)
+		if c.leading {
+			c.persisted, c.persistedOK, c.persistedSeq = t.Last, true, t.Seq
+			if c.firstSeq == 0 {
+				c.firstSeq = t.Seq
+			}
+		}
 	case Ack:
 		c.drop(a.Token)
 	}
@@ -203,10 +250,6 @@ func (c *Core) next(now time.Time) []Action {
 	if c.busy != nil {
 		return nil
 	}
-	if now.Before(c.retryAt) {
-		// After a failure, nothing until RetryDelay has passed.
-		return []Action{{Kind: Wake, At: c.retryAt}}
-	}
 	if a, ok := c.decide(now); ok {
 		c.busy = &a
 		return []Action{a}
@@ -215,41 +258,49 @@ func (c *Core) next(now time.Time) []Action {
 }
 
 func (c *Core) decide(now time.Time) (Action, bool) {
-	if !c.Leading() {
+	if now.Before(c.retryAt) {
+		return Action{}, false
+	}
+	if !c.leading {
 		if now.Before(c.refreshAt) {
 			return Action{}, false
 		}
-		return Action{Kind: PublishToken, Body: encodeState(nil)}, true
+		return c.publish(nil), true
 	}
 	// Record what the group knows before anything else, so that a token
 	// is never acknowledged while it alone carries part of the state.
-	if !maps.Equal(c.last, c.persisted) || !now.Before(c.refreshAt) {
-		return Action{Kind: PublishToken, Body: encodeState(c.last)}, true
+	if !c.persistedOK || !maps.Equal(c.last, c.persisted) || !now.Before(c.refreshAt) {
+		return c.publish(c.last), true
 	}
 	if ref, ok := c.surplus(); ok {
 		return Action{Kind: Ack, Token: ref}, true
 	}
+	if !c.synced {
+		return Action{}, false // older tokens may still carry ticks recorded
+	}
 	for i, s := range c.schedules {
-		if tick := s.Tick(now); tick.Unix() > c.last[s.Name] {
+		if tick := s.Tick(now); tick.Unix() > c.last[s.Name] && !now.Before(c.schedWait[i]) {
 			return Action{Kind: Enqueue, Schedule: i, Tick: tick}, true
 		}
 	}
 	return Action{}, false
 }
 
-// surplus is a token this process may acknowledge: any but the latest
-// one that carries the whole state it persisted (the keeper), once it
-// holds the keeper. Until its own token comes back to it, it acknowledges
-// nothing.
+// publish is the action of publishing a token with state.
+func (c *Core) publish(state map[string]int64) Action {
+	c.seq++
+	return Action{Kind: PublishToken, Body: encodeToken(token{V: 1, By: c.cfg.ID, Seq: c.seq, Last: state})}
+}
+
+// surplus is a token this process may acknowledge: any but the token
+// that carries its persisted state, which stays in the queue. decide asks
+// only once the persisted state is all the process knows, which includes
+// what every token it holds carries. Tokens ahead of that token in the
+// queue are acknowledged as they come, so it reaches this process whatever
+// the prefetch.
 func (c *Core) surplus() (TokenRef, bool) {
-	keeper := -1
-	for i, h := range c.held {
-		if maps.Equal(h.state, c.persisted) {
-			keeper = i
-		}
-	}
-	for i, h := range c.held {
-		if keeper >= 0 && i != keeper {
+	for _, h := range c.held {
+		if !(h.by == c.cfg.ID && h.seq == c.persistedSeq) {
 			return h.ref, true
 		}
 	}
@@ -263,10 +314,17 @@ func (c *Core) drop(ref TokenRef) {
 
 // wake is when something will be due, with nothing in flight.
 func (c *Core) wake(now time.Time) time.Time {
+	if now.Before(c.retryAt) {
+		return c.retryAt
+	}
 	at := c.refreshAt
-	if c.Leading() {
-		for _, s := range c.schedules {
-			at = earliest(at, s.Tick(now).Add(s.Every))
+	if c.leading && c.synced {
+		for i, s := range c.schedules {
+			due := s.Tick(now).Add(s.Every)
+			if s.Tick(now).Unix() > c.last[s.Name] {
+				due = c.schedWait[i] // due now, waiting after a failure
+			}
+			at = earliest(at, due)
 		}
 	}
 	return at
@@ -279,23 +337,25 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// A token's body: {"v":1,"last":{"name":unix seconds,...}}.
-type tokenBody struct {
+// token is a token's body: {"v":1,"by":"…","seq":n,"last":{"name":unix seconds,…}}.
+type token struct {
 	V    int              `json:"v"`
+	By   string           `json:"by"`
+	Seq  uint64           `json:"seq"`
 	Last map[string]int64 `json:"last"`
 }
 
-func encodeState(last map[string]int64) []byte {
-	b, _ := json.Marshal(tokenBody{V: 1, Last: last}) // maps of strings to integers: cannot fail
+func encodeToken(t token) []byte {
+	b, _ := json.Marshal(t) // strings and integers: cannot fail
 	return b
 }
 
-// decodeState reads a token's state; a body it cannot read (another
-// version, or not a token) carries none.
-func decodeState(body []byte) map[string]int64 {
-	var t tokenBody
+// decodeToken reads a token; a body it cannot read (another version, or
+// not a token) carries nothing.
+func decodeToken(body []byte) token {
+	var t token
 	if json.Unmarshal(body, &t) != nil || t.V != 1 {
-		return nil
+		return token{}
 	}
-	return t.Last
+	return t
 }
