@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // optionsJob's own queue is optionsHome; the test sends it elsewhere with
@@ -126,6 +129,40 @@ func testJobOptionsSurvive(t *testing.T, typ queuey.QueueType) {
 		}
 		if n := r.ready(optionsHome); n != 0 {
 			t.Fatalf("%d jobs reached the type's own queue", n)
+		}
+	})
+}
+
+// A job whose own options are of the wrong shape (from another producer:
+// queuey's refuses them) is malformed to the worker, which dead-letters it
+// verbatim, and to the Inspector, which lists it so and redrives it only
+// when asked for malformed bodies.
+func TestJobWithBadOptionsIsMalformed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Classic, false)
+		body := []byte(`{"v":1,"id":"bad-1","kind":"inspect","queue":"jobs","payload":{"n":1},"attempt":1,` +
+			`"enqueued_at":"2026-01-01T00:00:00Z","ext":{"queuey_max_attempts":0}}`)
+		if _, err := queuey.DecodeEnvelope(body); err != nil {
+			t.Fatalf("the wire format itself refuses it: %v", err)
+		}
+		ch := r.rawChannel(t)
+		if err := ch.Publish("", "jobs", false, false, amqp.Publishing{Body: body}); err != nil {
+			t.Fatal(err)
+		}
+		runs, _ := r.work(t)
+		if len(runs) != 0 {
+			t.Fatalf("it ran: %v", runs)
+		}
+		dls, err := r.insp.DeadLetters(t.Context(), "jobs", DeadLetterFilter{Malformed: true}, 0)
+		if err != nil || len(dls) != 1 {
+			t.Fatalf("dead letters %+v, %v", dls, err)
+		}
+		dl := dls[0]
+		if !dl.Malformed || dl.Reason != queuey.ReasonMalformed || string(dl.Body) != string(body) || !strings.Contains(dl.Err, "queuey_max_attempts") {
+			t.Fatalf("dead letter %+v", dl)
+		}
+		if rep, err := r.insp.Redrive(t.Context(), "jobs", RedriveOptions{}); err != nil || rep.Moved != 0 {
+			t.Fatalf("a redrive without Malformed moved it: %+v, %v", rep, err)
 		}
 	})
 }
