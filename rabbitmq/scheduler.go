@@ -215,7 +215,8 @@ func (s *Scheduler) declare(ctx context.Context) error {
 	}
 	defer func() { _ = ch.Close() }()
 	// No delivery limit: a token returned by every leader that died
-	// holding it must not be dropped after 20 returns.
+	// holding it must not be dropped after its 21st return
+	// (docs/rabbitmq-semantics.md §5.1).
 	args := amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": -1}
 	if _, err := ch.QueueDeclare(s.queue, true, false, false, false, args); err != nil {
 		return fmt.Errorf("rabbitmq: scheduler: declaring its election queue %q: %w", s.queue, err)
