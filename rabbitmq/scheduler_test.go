@@ -38,6 +38,21 @@ type schedProcess struct {
 	stop   context.CancelFunc
 }
 
+// newTickScheduler is a scheduler of jobs on backend, enqueueing through a
+// producer that declared tickQueues.
+func newTickScheduler(t *testing.T, backend *Backend, jobs []PeriodicJob) *Scheduler {
+	t.Helper()
+	producer, err := queuey.NewProducer(t.Context(), backend, tickQueues, queuey.ProducerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := NewScheduler(backend, producer, jobs, SchedulerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sched
+}
+
 func startSchedProcess(t *testing.T, b *membroker.Broker, jobs []PeriodicJob) *schedProcess {
 	t.Helper()
 	conn, err := b.Dial()
@@ -48,14 +63,7 @@ func startSchedProcess(t *testing.T, b *membroker.Broker, jobs []PeriodicJob) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	producer, err := queuey.NewProducer(t.Context(), backend, tickQueues, queuey.ProducerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := NewScheduler(backend, producer, jobs, SchedulerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sched := newTickScheduler(t, backend, jobs)
 	ctx, stop := context.WithCancel(t.Context())
 	p := &schedProcess{conn: conn, sched: sched, done: make(chan error, 1), exited: make(chan struct{}), stop: stop}
 	go func() { p.done <- sched.Run(ctx); close(p.exited) }()
@@ -193,14 +201,7 @@ func TestSchedulerRunOnceAtATime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		producer, err := queuey.NewProducer(t.Context(), backend, tickQueues, queuey.ProducerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := NewScheduler(backend, producer, everyMinute, SchedulerOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := newTickScheduler(t, backend, everyMinute)
 		for range 2 {
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)
@@ -433,14 +434,7 @@ func TestSchedulerSurvivesDropsRestartsAndKillsOnMembroker(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			producer, err := queuey.NewProducer(t.Context(), b, tickQueues, queuey.ProducerConfig{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sched, err := NewScheduler(b, producer, everyMinute, SchedulerOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sched := newTickScheduler(t, b, everyMinute)
 			ctx, stop := context.WithCancel(t.Context())
 			done := make(chan error, 1)
 			go func() { done <- sched.Run(ctx) }()

@@ -119,12 +119,12 @@ type TokenRef struct {
 	ID  uint64
 }
 
-// held is a token this process holds, and what it carries.
+// held is a token this process holds: its state was merged into the
+// core's as it arrived.
 type held struct {
-	ref   TokenRef
-	state map[string]int64
-	by    string // the process that published it
-	seq   uint64 // its number among that process's tokens
+	ref TokenRef
+	by  string // the process that published it
+	seq uint64 // its number among that process's tokens
 }
 
 // Core is one scheduler process's decisions. Its methods are not safe for
@@ -177,7 +177,7 @@ func (c *Core) Token(ref TokenRef, body []byte, now time.Time) []Action {
 		c.leading, c.leadGen = true, ref.Gen
 		c.persisted, c.persistedOK, c.persistedSeq, c.firstSeq, c.synced = nil, false, 0, 0, false
 	}
-	c.held = append(c.held, held{ref: ref, state: t.Last, by: t.By, seq: t.Seq})
+	c.held = append(c.held, held{ref: ref, by: t.By, seq: t.Seq})
 	for name, tick := range t.Last {
 		if tick > c.last[name] {
 			c.last[name] = tick
