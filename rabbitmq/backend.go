@@ -164,6 +164,10 @@ type Backend struct {
 	mu       sync.Mutex
 	closed   bool
 	declared map[string]queuey.QueueConfig // WithDefaults applied
+	// kept are the other queues the library declared through the
+	// backend (a Scheduler's election queue), with their arguments, for
+	// redeclare.
+	kept map[string]amqp.Table
 	// ripe is when each declared work queue's ladder is old enough to hold
 	// jobs: HoldWarmup after this process first declared it.
 	ripe      map[string]time.Time

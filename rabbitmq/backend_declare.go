@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,12 +30,45 @@ func (b *Backend) redeclare(conn Conn) error {
 	for _, q := range b.declared {
 		queues = append(queues, q)
 	}
+	kept := slices.Sorted(maps.Keys(b.kept))
+	args := maps.Clone(b.kept)
 	b.mu.Unlock()
 	slices.SortFunc(queues, func(x, y queuey.QueueConfig) int { return strings.Compare(x.Name, y.Name) })
 	for _, q := range queues {
 		if _, err := b.declareOn(conn.Channel, q); err != nil {
 			return err
 		}
+	}
+	for _, name := range kept {
+		if err := declareKept(conn.Channel, name, args[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keepDeclared records that queue, which is not a work queue, was
+// declared with args, so that redeclare declares it again after a
+// reconnection: a kill can lose a quorum queue created moments before
+// (docs/rabbitmq-semantics.md §13), and its consumers could not resume.
+func (b *Backend) keepDeclared(queue string, args amqp.Table) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.kept == nil {
+		b.kept = map[string]amqp.Table{}
+	}
+	b.kept[queue] = args
+}
+
+// declareKept declares queue, durable, with args on a channel of its own.
+func declareKept(open func() (Channel, error), queue string, args amqp.Table) error {
+	ch, err := open()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
+		return fmt.Errorf("rabbitmq: declare queue %q: %w", queue, err)
 	}
 	return nil
 }

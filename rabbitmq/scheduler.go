@@ -170,15 +170,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if l, ok := cons.(interface{ Lost() <-chan uint64 }); ok {
 		lost = l.Lost()
 	}
-	schedules := make([]schedcore.Schedule, len(s.jobs))
-	for i, j := range s.jobs {
-		schedules[i] = schedcore.Schedule{Name: j.Name, Every: j.Every}
-	}
-	sh := &schedShell{s: s, core: schedcore.New(schedules, schedcore.Config{ID: s.id, Refresh: s.opts.Refresh, RetryDelay: schedulerRetryDelay}),
-		tokens: map[schedcore.TokenRef]queuey.Delivery{}, timer: time.NewTimer(time.Hour), lost: lost}
-	defer sh.timer.Stop()
-	var ids uint64
-	sh.do(ctx, sh.core.Start(time.Now()))
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	sh := s.newShell(func(at time.Time) { timer.Reset(max(at.Sub(s.b.now()), 0)) })
+	sh.lost = lost
+	sh.start(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -194,14 +190,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			if g, ok := d.(interface{ Generation() uint64 }); ok {
 				gen = g.Generation()
 			}
-			ids++
-			ref := schedcore.TokenRef{Gen: gen, ID: ids}
-			sh.tokens[ref] = d
-			sh.do(ctx, sh.core.Token(ref, d.Body(), time.Now()))
+			sh.token(ctx, gen, d)
 		case gen := <-lost:
 			sh.do(ctx, sh.lose(gen))
-		case <-sh.timer.C:
-			sh.do(ctx, sh.core.Time(time.Now()))
+		case <-timer.C:
+			sh.do(ctx, sh.core.Time(sh.now()))
 		}
 	}
 }
@@ -209,29 +202,53 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // declare declares the election queue, durable and quorum, with single
 // active consumer.
 func (s *Scheduler) declare(ctx context.Context) error {
-	ch, err := s.b.openChannel(ctx, "declaring "+s.queue)
-	if err != nil {
-		return fmt.Errorf("rabbitmq: scheduler: %w", err)
-	}
-	defer func() { _ = ch.Close() }()
+	open := func() (Channel, error) { return s.b.openChannel(ctx, "declaring "+s.queue) }
 	// No delivery limit: a token returned by every leader that died
 	// holding it must not be dropped after its 21st return
 	// (docs/rabbitmq-semantics.md §5.1).
 	args := amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": -1}
-	if _, err := ch.QueueDeclare(s.queue, true, false, false, false, args); err != nil {
-		return fmt.Errorf("rabbitmq: scheduler: declaring its election queue %q: %w", s.queue, err)
+	if err := declareKept(open, s.queue, args); err != nil {
+		return fmt.Errorf("rabbitmq: scheduler: its election queue: %w", err)
 	}
+	// Declared again after every reconnection of a backend from Connect.
+	s.b.keepDeclared(s.queue, args)
 	return nil
 }
 
 // schedShell carries out what the scheduler's core asks, one action at a
-// time, on the Run goroutine.
+// time, on one goroutine: Run's, or the simulator's, which steps it
+// through internal/backendhook.StepScheduler on its virtual clock.
 type schedShell struct {
 	s      *Scheduler
 	core   *schedcore.Core
 	tokens map[schedcore.TokenRef]queuey.Delivery
-	timer  *time.Timer
-	lost   <-chan uint64 // the supervised consumer's lost channels; nil without
+	ids    uint64             // tokens delivered so far, which name them
+	wake   func(at time.Time) // asks for a Time event at at
+	lost   <-chan uint64      // the supervised consumer's lost channels; nil without
+}
+
+// newShell returns a shell for s's core, holding no token.
+func (s *Scheduler) newShell(wake func(at time.Time)) *schedShell {
+	schedules := make([]schedcore.Schedule, len(s.jobs))
+	for i, j := range s.jobs {
+		schedules[i] = schedcore.Schedule{Name: j.Name, Every: j.Every}
+	}
+	return &schedShell{s: s, core: schedcore.New(schedules, schedcore.Config{ID: s.id, Refresh: s.opts.Refresh, RetryDelay: schedulerRetryDelay}),
+		tokens: map[schedcore.TokenRef]queuey.Delivery{}, wake: wake}
+}
+
+// now is the scheduler's clock: its backend's.
+func (sh *schedShell) now() time.Time { return sh.s.b.now() }
+
+// start is the core's first event.
+func (sh *schedShell) start(ctx context.Context) { sh.do(ctx, sh.core.Start(sh.now())) }
+
+// token hands the core a token delivered on the channel of generation gen.
+func (sh *schedShell) token(ctx context.Context, gen uint64, d queuey.Delivery) {
+	sh.ids++
+	ref := schedcore.TokenRef{Gen: gen, ID: sh.ids}
+	sh.tokens[ref] = d
+	sh.do(ctx, sh.core.Token(ref, d.Body(), sh.now()))
 }
 
 // errLeadLost is the result of an enqueue not attempted: the channel that
@@ -243,7 +260,7 @@ func (sh *schedShell) do(ctx context.Context, acts []schedcore.Action) {
 		a := acts[0]
 		acts = acts[1:]
 		if a.Kind == schedcore.Wake {
-			sh.timer.Reset(max(time.Until(a.At), 0))
+			sh.wake(a.At)
 			continue
 		}
 		if a.Kind == schedcore.Enqueue {
@@ -251,13 +268,13 @@ func (sh *schedShell) do(ctx context.Context, acts []schedcore.Action) {
 			// one's channel: look before every enqueue, not only between
 			// events, since an enqueue may take a while.
 			if gen, ok := sh.lostNow(); ok {
-				acts = append(acts, sh.core.Done(errLeadLost, time.Now())...)
+				acts = append(acts, sh.core.Done(errLeadLost, sh.now())...)
 				acts = append(acts, sh.lose(gen)...)
 				continue
 			}
 		}
 		err := sh.act(ctx, a)
-		acts = append(acts, sh.core.Done(err, time.Now())...)
+		acts = append(acts, sh.core.Done(err, sh.now())...)
 	}
 	if was := sh.s.leading.Swap(sh.core.Leading()); was != sh.core.Leading() {
 		if was {
@@ -293,7 +310,7 @@ func (sh *schedShell) lose(gen uint64) []schedcore.Action {
 			delete(sh.tokens, ref)
 		}
 	}
-	return sh.core.Lost(gen, time.Now())
+	return sh.core.Lost(gen, sh.now())
 }
 
 // act carries out one effectful action.

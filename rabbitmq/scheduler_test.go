@@ -489,3 +489,106 @@ func TestSchedulerSurvivesDropsRestartsAndKillsOnMembroker(t *testing.T) {
 		}
 	})
 }
+
+// startSupervisedSchedulers starts n scheduler processes of everyMinute on
+// broker, each on a backend from Connect with a network of its own.
+func startSupervisedSchedulers(t *testing.T, broker *membroker.Broker, n int) ([]*Scheduler, []*memNet) {
+	t.Helper()
+	var scheds []*Scheduler
+	var nets []*memNet
+	for range n {
+		net := &memNet{broker: broker}
+		b, err := Connect(t.Context(), ConnectOptions{URLs: []string{secretURL}, Dial: net.dial, Rand: func() float64 { return 0.5 }},
+			Options{Topology: Topology{ClassicHolds: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sched := newTickScheduler(t, b, everyMinute)
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- sched.Run(ctx) }()
+		t.Cleanup(func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+			_ = b.Close()
+		})
+		scheds, nets = append(scheds, sched), append(nets, net)
+	}
+	return scheds, nets
+}
+
+// leadsAgain checks, five minutes on, that one of scheds leads and the
+// latest tick is enqueued.
+func leadsAgain(t *testing.T, broker *membroker.Broker, scheds []*Scheduler) {
+	t.Helper()
+	time.Sleep(5 * time.Minute)
+	synctest.Wait()
+	leading := 0
+	for _, s := range scheds {
+		if s.Leading() {
+			leading++
+		}
+	}
+	if leading != 1 {
+		t.Fatalf("%d processes lead, want 1", leading)
+	}
+	ids := ticksOn(t, broker)
+	last := "minutely@" + time.Now().UTC().Truncate(time.Minute).Format(time.RFC3339)
+	if !slices.Contains(ids, last) {
+		t.Fatalf("the latest tick %s is not enqueued; the queue holds %v", last, ids)
+	}
+}
+
+// A kill moments after the group's first process created its election
+// queue loses the tokens in it (a quorum queue's name reaches disk about
+// a second after its creation: docs/rabbitmq-semantics.md §13). The
+// processes that do not lead offer a token every Refresh, so the group
+// elects a leader again and its ticks go on.
+func TestSchedulerSurvivesAKillThatLosesItsTokens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ43, Timing: membroker.Timing{QuorumRegister: 3 * time.Second}})
+		scheds, _ := startSupervisedSchedulers(t, broker, 2)
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		broker.Crash()
+		if q, ok := broker.Queue("queuey.scheduler.default"); !ok || q.Ready+q.Unacked != 0 {
+			t.Fatalf("after the kill the election queue exists: %v, with %d tokens; want it empty", ok, q.Ready+q.Unacked)
+		}
+		leadsAgain(t, broker, scheds)
+	})
+}
+
+// An election queue deleted while the processes were cut off is declared
+// again as they reconnect, as their work queues are, so that their
+// consumers can resume.
+func TestSchedulerDeclaresItsElectionQueueAgainOnReconnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ43})
+		scheds, nets := startSupervisedSchedulers(t, broker, 2)
+		time.Sleep(90 * time.Second)
+		synctest.Wait()
+		for _, n := range nets {
+			n.setDown(true)
+			n.drop()
+		}
+		synctest.Wait()
+		admin, err := broker.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := admin.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDelete("queuey.scheduler.default", false, false, false); err != nil {
+			t.Fatal(err)
+		}
+		_ = admin.Close()
+		for _, n := range nets {
+			n.setDown(false)
+		}
+		leadsAgain(t, broker, scheds)
+	})
+}
