@@ -93,8 +93,43 @@ func scenarioGen() *rapid.Generator[sim.Scenario] {
 		for i := range s.Queues {
 			longJobsGen(t, &s.Queues[i])
 		}
+		// A periodic scheduler group, and faults that hit its processes
+		// (drawn last, as timing is).
+		if rapid.Bool().Draw(t, "periodic") {
+			periodicGen(t, &s, dur)
+		}
 		return s
 	})
+}
+
+// everies are the schedules' intervals drawn: from one a second, more than
+// the processes' Refresh can follow, to one a minute, longer than most
+// runs.
+var everies = []sim.Duration{sim.Duration(time.Second), sim.Duration(2 * time.Second), sim.Duration(3 * time.Second),
+	sim.Duration(7 * time.Second), sim.Duration(10 * time.Second), sim.Duration(time.Minute)}
+
+// periodicGen gives s a scheduler group of 1 to 4 processes with one or
+// two schedules, and up to two crashes or drops of its processes; dur is
+// the scenario's duration in ticks.
+func periodicGen(t *rapid.T, s *sim.Scenario, dur int) {
+	p := &sim.Periodic{
+		Processes: rapid.IntRange(1, 4).Draw(t, "sched_processes"),
+		Refresh: rapid.SampledFrom([]sim.Duration{0, sim.Duration(time.Second), sim.Duration(5 * time.Second),
+			sim.Duration(20 * time.Second)}).Draw(t, "sched_refresh"), // 0: the default, 1 min
+	}
+	for i := range rapid.IntRange(1, 2).Draw(t, "schedules") {
+		p.Schedules = append(p.Schedules, sim.Schedule{Name: []string{"a", "b"}[i], Every: rapid.SampledFrom(everies).Draw(t, "sched_every")})
+	}
+	s.Periodic = p
+	for range rapid.IntRange(0, 2).Draw(t, "sched_faults") {
+		s.Faults = append(s.Faults, sim.Fault{
+			At:        ticks(rapid.IntRange(0, dur+int(s.Drain.D()/tick)).Draw(t, "sched_fault_at_ticks")),
+			Kind:      rapid.SampledFrom([]string{sim.FaultCrash, sim.FaultDrop}).Draw(t, "sched_fault_kind"),
+			Scheduler: true,
+			Worker:    rapid.IntRange(0, p.Processes-1).Draw(t, "sched_fault_process"),
+			Restart:   durationTicks(t, "sched_fault_restart", 10*time.Second), // 0: the default, 1 s
+		})
+	}
 }
 
 // queueNames names the generated queues: the first keeps the default.

@@ -25,7 +25,7 @@ import (
 // dropped connections, refused hold declarations, broker restarts, kill -9
 // and outages, on a fresh broker or one an earlier deployment left),
 // sim.Run finishes (within runTimeout of wall time: virtual time keeps
-// moving), returns no error and reports no violation of invariants 1–9;
+// moving), returns no error and reports no violation of any invariant;
 // and with the default hold ladder no confirmed job is lost. A failure names the
 // scenario's seed, prints the scenario as JSON and every violation with
 // its trace excerpt, and rapid shrinks it to a small scenario.
@@ -225,6 +225,38 @@ func TestScenarioPropertyCatchesAWorkerIgnoringItsTimeout(t *testing.T) {
 	})
 	if !strings.Contains(out, "invariant 11 (no job runs more than its attempts allow) violated") {
 		t.Errorf("the failure report lacks invariant 11:\n%s", out)
+	}
+}
+
+// With a scheduler group whose election queue lacks single active
+// consumer (sabotage SchedulerWithoutSAC), every process leads, and rapid
+// finds a violation of invariant 12: a tick enqueued twice with no fault
+// to explain it. The scenarios are the property's own, each with a group
+// of at least two processes.
+func TestScenarioPropertyCatchesSchedulersLeadingAtOnce(t *testing.T) {
+	grouped := rapid.Map(scenarioGen(), func(s sim.Scenario) sim.Scenario {
+		if s.Periodic == nil {
+			s.Periodic = &sim.Periodic{Schedules: []sim.Schedule{{Name: "a", Every: sim.Duration(time.Second)}}}
+		}
+		s.Periodic.Processes = max(s.Periodic.Processes, 2)
+		return s
+	})
+	out := expectRapidFailure(t, func(t *rapid.T) {
+		s := grouped.Draw(t, "scenario")
+		c, cancel := context.WithTimeout(context.Background(), runTimeout)
+		defer cancel()
+		res, err := sim.Run(c, s, sim.Options{Sabotage: simsabotage.SchedulerWithoutSAC})
+		if err != nil || c.Err() != nil {
+			return
+		}
+		for _, v := range res.Violations {
+			if v.Invariant == 12 {
+				t.Fatal(violationReport(s, res))
+			}
+		}
+	})
+	if !strings.Contains(out, "invariant 12 (every periodic tick enqueued once) violated") {
+		t.Errorf("the failure report lacks invariant 12:\n%s", out)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/queuey/queuey/internal/backendhook"
 	"github.com/queuey/queuey/internal/schedcore"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -192,9 +193,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 			sh.token(ctx, gen, d)
 		case gen := <-lost:
-			sh.do(ctx, sh.lose(gen))
+			sh.lostGen(ctx, gen)
 		case <-timer.C:
-			sh.do(ctx, sh.core.Time(sh.now()))
+			sh.time(ctx)
 		}
 	}
 }
@@ -249,6 +250,40 @@ func (sh *schedShell) token(ctx context.Context, gen uint64, d queuey.Delivery) 
 	ref := schedcore.TokenRef{Gen: gen, ID: sh.ids}
 	sh.tokens[ref] = d
 	sh.do(ctx, sh.core.Token(ref, d.Body(), sh.now()))
+}
+
+// lostGen tells the core that the channel of generation gen, and those
+// before it, are gone.
+func (sh *schedShell) lostGen(ctx context.Context, gen uint64) { sh.do(ctx, sh.lose(gen)) }
+
+// time is a wake-up the core asked for.
+func (sh *schedShell) time(ctx context.Context) { sh.do(ctx, sh.core.Time(sh.now())) }
+
+// stepped is the shell as the simulator steps it (internal/backendhook).
+type stepped struct{ sh *schedShell }
+
+func (p stepped) Declare(ctx context.Context) error { return p.sh.s.declare(ctx) }
+func (p stepped) Queue() string                     { return p.sh.s.queue }
+func (p stepped) Prefetch() int                     { return tokenPrefetch }
+func (p stepped) Start(ctx context.Context)         { p.sh.start(ctx) }
+func (p stepped) Token(ctx context.Context, gen uint64, d queuey.Delivery) {
+	p.sh.token(ctx, gen, d)
+}
+func (p stepped) Lost(ctx context.Context, gen uint64) { p.sh.lostGen(ctx, gen) }
+func (p stepped) Time(ctx context.Context)             { p.sh.time(ctx) }
+func (p stepped) Leading() bool                        { return p.sh.core.Leading() }
+func (p stepped) Rebind(scheduler any) {
+	s := scheduler.(*Scheduler)
+	s.id = p.sh.s.id
+	p.sh.s = s
+}
+
+func init() {
+	backendhook.StepScheduler = func(scheduler any, id string, wake func(at time.Time)) backendhook.Scheduler {
+		s := scheduler.(*Scheduler)
+		s.id = id
+		return stepped{s.newShell(wake)}
+	}
 }
 
 // errLeadLost is the result of an enqueue not attempted: the channel that

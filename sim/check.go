@@ -180,6 +180,10 @@ func (r *runner) observe(ev membroker.Event) {
 	if r.closed {
 		return // the run is over: closing its backends returns what workers hold
 	}
+	if r.per != nil && (ev.Queue == r.per.election || ev.Queue == r.s.Periodic.Queue) {
+		r.observePeriodic(ev)
+		return
+	}
 	qr := r.classify(ev.Queue)
 	q := qr.q
 	switch ev.Kind {

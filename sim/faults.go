@@ -17,6 +17,10 @@ import (
 )
 
 func (r *runner) fault(f Fault) {
+	if f.Scheduler {
+		r.schedFault(f)
+		return
+	}
 	q := r.byName[f.Queue]
 	switch f.Kind {
 	case FaultCrash:
@@ -161,16 +165,18 @@ func (r *runner) brokerDown(f Fault) {
 			}
 		}
 	}
-	if f.Kind == FaultRestart || f.Kind == FaultKill {
-		r.restarting = true
-		if f.Kind == FaultKill {
-			r.broker.Crash()
-		} else {
-			r.broker.Restart()
+	r.schedBrokerDown(func() {
+		if f.Kind == FaultRestart || f.Kind == FaultKill {
+			r.restarting = true
+			if f.Kind == FaultKill {
+				r.broker.Crash()
+			} else {
+				r.broker.Restart()
+			}
+			r.restarting = false
+			r.reconnectAdmin() // the harness's own connection, not queuey's: back at once
+			return
 		}
-		r.restarting = false
-		r.reconnectAdmin() // the harness's own connection, not queuey's: back at once
-	} else {
 		// Closed one after another, a connection's returns may be handed
 		// to a consumer whose connection closes next: bounces, as in a
 		// restart.
@@ -181,8 +187,15 @@ func (r *runner) brokerDown(f Fault) {
 		if !r.producerDown {
 			r.broker.CloseConnection(r.producerConn, nil)
 		}
+		if r.per != nil {
+			for _, p := range r.per.procs {
+				if p.up {
+					r.broker.CloseConnection(p.conn, nil)
+				}
+			}
+		}
 		r.restarting = false
-	}
+	})
 	for _, w := range up {
 		r.connectionLost(w)
 		if w.dial == nil { // up since the run began: its loop starts now

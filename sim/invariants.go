@@ -18,6 +18,7 @@ const (
 	invReconnectBackoff                      // 9
 	invChannelKept                           // 10
 	invAttemptsBounded                       // 11
+	invTicks                                 // 12
 )
 
 // invariants is the registry: each invariant's short name (Violation.Name)
@@ -34,4 +35,5 @@ var invariants = [...]struct{ name, checkedIn string }{
 	invReconnectBackoff: {"reconnection keeps to its backoff", "faults.go (each dial)"},
 	invChannelKept:      {"the broker never closes a worker's channel", "driver.go (each settlement)"},
 	invAttemptsBounded:  {"no job runs more than its attempts allow", "check.go (each handler run)"},
+	invTicks:            {"every periodic tick enqueued once", "periodic.go (each tick enqueued, each span without a leader, and at the end)"},
 }

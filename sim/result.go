@@ -61,6 +61,10 @@ type Result struct {
 	Relays          int     `json:"relays"`
 	RelaysPerSecond float64 `json:"relays_per_second"`
 
+	// Periodic is what the scheduler group did; nil without
+	// Scenario.Periodic.
+	Periodic *PeriodicResult `json:"periodic,omitempty"`
+
 	ViolationCount        int         `json:"violation_count"`
 	ViolationsByInvariant map[int]int `json:"violations_by_invariant"` // all of them, by invariant number
 	Violations            []Violation `json:"violations"`              // the first Options.MaxViolations
@@ -151,6 +155,9 @@ func (r *runner) finish() *Result {
 	if onBroker != copies+pendingMalformed {
 		r.violate(invConservation, nil, fmtCount(onBroker, copies, pendingMalformed))
 	}
+	if r.per != nil {
+		res.Periodic = r.checkTicks()
+	}
 	res.Events = r.rec.events
 	res.Steps = r.steps
 	res.TraceHash = r.rec.sum()
@@ -178,9 +185,10 @@ const (
 	streamResult
 	streamJobResult
 	streamJitter
-	streamBroker  // seeds membroker's Timing
-	streamBackoff // reconnection backoff jitter, by process and attempt
-	streamIgnore  // whether a run's handler ignores its context
+	streamBroker       // seeds membroker's Timing
+	streamBackoff      // reconnection backoff jitter, by process and attempt
+	streamIgnore       // whether a run's handler ignores its context
+	streamTokenLatency // how long a scheduler's token takes to reach its process
 )
 
 func splitmix(x uint64) uint64 {

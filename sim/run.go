@@ -137,7 +137,7 @@ func Run(ctx context.Context, s Scenario, opts Options) (*Result, error) {
 		}
 		ex.until = max(ex.until, v.seq)
 	}
-	again, err := runOnce(ctx, s, Options{MaxViolations: opts.MaxViolations, mutate: opts.mutate}, ex)
+	again, err := runOnce(ctx, s, Options{MaxViolations: opts.MaxViolations, Sabotage: opts.Sabotage, mutate: opts.mutate}, ex)
 	if err != nil {
 		return nil, err
 	}
@@ -184,10 +184,11 @@ type runner struct {
 
 	// The runner's four jobs, each with its own state (the methods that
 	// use each are in the file named after it).
-	workload   // workload.go
-	driver     // driver.go
-	faultState // faults.go
-	oracle     // check.go, ledger.go, result.go
+	workload             // workload.go
+	driver               // driver.go
+	faultState           // faults.go
+	oracle               // check.go, ledger.go, result.go
+	per        *periodic // periodic.go: the scheduler group; nil without Scenario.Periodic
 }
 
 // workload is the state of the arrivals and of the producer that enqueues
@@ -449,6 +450,9 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 			r.scheduleArrival(q, a)
 		}
 	}
+	if err := r.startPeriodic(); err != nil {
+		return nil, err
+	}
 	for i := range s.Faults {
 		f := s.Faults[i]
 		r.clk.AfterFunc(f.At.D(), func() { r.fault(f) })
@@ -557,6 +561,7 @@ func (r *runner) loop() error {
 	total := r.stop.Sub(Start)
 	var lastAt time.Duration
 	still := 0
+	r.pump() // what the processes' start handed over
 	for r.fatal == nil {
 		at, ok := r.clk.Next()
 		if !ok || at.After(r.stop) {
@@ -600,7 +605,10 @@ func (r *runner) loop() error {
 // delivers before its call returns, so taking what is on the channels now
 // is deterministic.
 func (r *runner) pump() {
-	for len(r.ready) > 0 || r.auditDue {
+	for len(r.ready) > 0 || r.auditDue || (r.per != nil && len(r.per.ready)+len(r.per.arrived) > 0) {
+		if r.per != nil {
+			r.pumpPeriodic()
+		}
 		// Taking a delivery can make more ready: the loop reads the
 		// length afresh, and the slice keeps its storage.
 		for i := 0; i < len(r.ready); i++ {
@@ -691,5 +699,12 @@ func (r *runner) close() {
 	}
 	if r.producerBack != nil {
 		_ = r.producerBack.Close()
+	}
+	if r.per != nil {
+		for _, p := range r.per.procs {
+			if p.rb != nil {
+				_ = p.rb.Close()
+			}
+		}
 	}
 }

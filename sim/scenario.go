@@ -69,6 +69,34 @@ type Scenario struct {
 	Queues []Queue `json:"queues"`
 	// Faults happen at given virtual times. Optional.
 	Faults []Fault `json:"faults,omitempty"`
+	// Periodic runs processes of a periodic-job scheduler group
+	// (rabbitmq.Scheduler) alongside the queues' workload. Optional: nil
+	// runs none.
+	Periodic *Periodic `json:"periodic,omitempty"`
+}
+
+// Periodic is a group of scheduler processes (rabbitmq.Scheduler), each on
+// a connection of its own, enqueueing its schedules' ticks into a queue
+// nothing consumes; invariant 12 checks the ticks.
+type Periodic struct {
+	// Processes in the group. Defaults to 3.
+	Processes int `json:"processes,omitempty"`
+	// Refresh is the scheduler's rabbitmq.SchedulerOptions.Refresh, within
+	// 1s..10m. Defaults to its default, one minute.
+	Refresh Duration `json:"refresh,omitempty"`
+	// Queue is the classic queue the ticks' jobs go to. Defaults to
+	// "periodic"; it must not be one of Queues.
+	Queue string `json:"queue,omitempty"`
+	// Schedules are the group's periodic jobs. At least one.
+	Schedules []Schedule `json:"schedules"`
+}
+
+// Schedule is one periodic job (rabbitmq.PeriodicJob).
+type Schedule struct {
+	// Name of the schedule, unique. Required.
+	Name string `json:"name"`
+	// Every is its interval: whole seconds, at least one. Required.
+	Every Duration `json:"every"`
 }
 
 // Topology is the hold-queue rounding (see rabbitmq.Topology).
@@ -328,7 +356,7 @@ type Dist struct {
 const (
 	// FaultCrash kills a worker process: its running handlers vanish and
 	// the broker requeues its unacknowledged deliveries. It restarts after
-	// Restart.
+	// Restart. With Scheduler, it kills a scheduler process instead.
 	FaultCrash = "crash"
 	// FaultDrop closes a worker's connection from the broker's side: its
 	// running handlers finish but cannot settle, and the worker reconnects
@@ -369,6 +397,11 @@ type Fault struct {
 	Queue string `json:"queue,omitempty"`
 	// Worker is the index of the worker (crash, drop). Defaults to 0.
 	Worker int `json:"worker,omitempty"`
+	// Scheduler makes a crash or drop hit the scheduler process of index
+	// Worker (Periodic) rather than a worker of Queue. A crashed process
+	// starts afresh, knowing nothing; a dropped one reconnects and goes
+	// on. Defaults to false.
+	Scheduler bool `json:"scheduler,omitempty"`
 	// Restart is how long a crashed or dropped worker stays down, or a
 	// restarting or killed broker unreachable. Defaults to 1s.
 	Restart Duration `json:"restart,omitempty"`

@@ -11,11 +11,13 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/rabbitmq"
 )
 
 // Load reads a JSON scenario from r, refusing unknown fields, and
@@ -151,6 +153,20 @@ func (s Scenario) WithDefaults() Scenario {
 		fs[i] = f
 	}
 	s.Faults = fs
+	if s.Periodic != nil {
+		p := *s.Periodic
+		if p.Processes == 0 {
+			p.Processes = 3
+		}
+		if p.Refresh == 0 {
+			p.Refresh = Duration(rabbitmq.DefaultSchedulerRefresh)
+		}
+		if p.Queue == "" {
+			p.Queue = "periodic"
+		}
+		p.Schedules = slices.Clone(p.Schedules)
+		s.Periodic = &p
+	}
 	return s
 }
 
@@ -272,6 +288,19 @@ func (s Scenario) Validate() error {
 		if q == nil {
 			return fieldErr(p+".queue", "no queue is named %q", f.Queue)
 		}
+		if f.Scheduler {
+			switch {
+			case f.Kind != FaultCrash && f.Kind != FaultDrop:
+				return fieldErr(p+".scheduler", "only a crash or a drop hits a scheduler process, not %q", f.Kind)
+			case s.Periodic == nil:
+				return fieldErr(p+".scheduler", "the scenario has no periodic section")
+			case f.Worker < 0 || f.Worker >= s.Periodic.Processes:
+				return fieldErr(p+".worker", "the scheduler processes are 0..%d, got %d", s.Periodic.Processes-1, f.Worker)
+			case f.Restart < 0:
+				return fieldErr(p+".restart", "must not be negative, got %s", f.Restart.D())
+			}
+			continue
+		}
 		switch f.Kind {
 		case FaultCrash, FaultDrop:
 			if f.Worker < 0 || f.Worker >= q.Workers {
@@ -300,6 +329,42 @@ func (s Scenario) Validate() error {
 		default:
 			return fieldErr(p+".kind", "unknown fault %q: want crash, drop, refuse-hold, restart or outage", f.Kind)
 		}
+	}
+	if s.Periodic != nil {
+		if err := s.Periodic.validate(seen, top); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate checks a periodic section; queues are the work queues' names.
+func (p *Periodic) validate(queues map[string]bool, top rabbitmq.Topology) error {
+	switch {
+	case p.Processes < 1 || p.Processes > 64:
+		return fieldErr("periodic.processes", "must be within 1..64, got %d", p.Processes)
+	case p.Refresh < Duration(time.Second) || p.Refresh > Duration(10*time.Minute):
+		return fieldErr("periodic.refresh", "must be within 1s..10m, got %s", p.Refresh.D())
+	case queues[p.Queue]:
+		return fieldErr("periodic.queue", "%q is a work queue of the scenario", p.Queue)
+	case len(p.Schedules) == 0:
+		return fieldErr("periodic.schedules", "at least one schedule is needed")
+	}
+	if err := top.CheckQueueName(p.Queue); err != nil {
+		return fieldErr("periodic.queue", "%v", strings.TrimPrefix(err.Error(), "rabbitmq: "))
+	}
+	names := map[string]bool{}
+	for i, sc := range p.Schedules {
+		f := fmt.Sprintf("periodic.schedules[%d]", i)
+		switch {
+		case sc.Name == "" || len(sc.Name) > 200:
+			return fieldErr(f+".name", "must be 1 to 200 bytes, got %q", sc.Name)
+		case names[sc.Name]:
+			return fieldErr(f+".name", "%q is used twice", sc.Name)
+		case sc.Every < Duration(time.Second) || sc.Every%Duration(time.Second) != 0:
+			return fieldErr(f+".every", "must be a whole number of seconds, at least one, got %s", sc.Every.D())
+		}
+		names[sc.Name] = true
 	}
 	return nil
 }

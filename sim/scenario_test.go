@@ -43,6 +43,17 @@ func TestLoadRefusesBadScenarios(t *testing.T) {
 		{`{"duration":"1m",` + q + `,"faults":[{"at":"1s","kind":"meteor"}]}`, "faults[0].kind", `unknown fault "meteor"`},
 		{`{"duration":"1m",` + q + `,"faults":[{"at":"1s","kind":"crash","worker":9}]}`, "faults[0].worker", "workers 0..3"},
 		{`{"duration":"1m",` + q + `,"faults":[{"at":"1s","kind":"refuse-hold"}]}`, "faults[0].ttl", "must be positive"},
+		{`{"duration":"1m",` + q + `,"periodic":{}}`, "periodic.schedules", "at least one schedule"},
+		{`{"duration":"1m",` + q + `,"periodic":{"processes":-1,"schedules":[{"name":"a","every":"1s"}]}}`, "periodic.processes", "within 1..64"},
+		{`{"duration":"1m",` + q + `,"periodic":{"refresh":"1h","schedules":[{"name":"a","every":"1s"}]}}`, "periodic.refresh", "within 1s..10m"},
+		{`{"duration":"1m",` + q + `,"periodic":{"queue":"jobs","schedules":[{"name":"a","every":"1s"}]}}`, "periodic.queue", "a work queue"},
+		{`{"duration":"1m",` + q + `,"periodic":{"queue":"amq.x","schedules":[{"name":"a","every":"1s"}]}}`, "periodic.queue", "reserved"},
+		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"every":"1s"}]}}`, "periodic.schedules[0].name", "1 to 200 bytes"},
+		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"name":"a","every":"1s"},{"name":"a","every":"2s"}]}}`, "periodic.schedules[1].name", "used twice"},
+		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"name":"a","every":"1500ms"}]}}`, "periodic.schedules[0].every", "whole number of seconds"},
+		{`{"duration":"1m",` + q + `,"faults":[{"at":"1s","kind":"crash","scheduler":true}]}`, "faults[0].scheduler", "no periodic section"},
+		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"name":"a","every":"1s"}]},"faults":[{"at":"1s","kind":"kill","scheduler":true}]}`, "faults[0].scheduler", "only a crash or a drop"},
+		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"name":"a","every":"1s"}]},"faults":[{"at":"1s","kind":"drop","scheduler":true,"worker":3}]}`, "faults[0].worker", "processes are 0..2"},
 	} {
 		_, err := Load(strings.NewReader(c.body))
 		if err == nil {

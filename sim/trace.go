@@ -37,6 +37,8 @@ const (
 	EvBrokerUp                          // the broker is reachable again
 	EvDialFailed                        // Worker (-1: the producer) could not connect: attempt Attempt
 	EvRelay                             // a worker moves the job from the hold ladder's relay queue to rung Queue
+	EvLead                              // scheduler process Worker leads, or no longer does (Detail)
+	EvTick                              // scheduler process Worker enqueues tick Detail's job on Queue
 )
 
 var eventNames = [...]string{
@@ -46,6 +48,7 @@ var eventNames = [...]string{
 	EvCrash: "crash", EvDrop: "drop", EvRestart: "restart", EvRefuse: "refuse-hold",
 	EvSettleFailed: "settle-failed", EvViolation: "VIOLATION", EvLost: "lost",
 	EvBrokerDown: "broker-down", EvBrokerUp: "broker-up", EvDialFailed: "dial-failed", EvRelay: "relay",
+	EvLead: "lead", EvTick: "tick",
 }
 
 func (k EventKind) String() string {

@@ -15,4 +15,9 @@ const (
 	// handler that outlasts the broker's consumer timeout has its job
 	// taken back and run again (sim's invariant 11).
 	WorkerIgnoresTimeout
+	// SchedulerWithoutSAC declares the periodic scheduler group's
+	// election queue without single active consumer, so that every
+	// process gets tokens and leads at once: ticks enqueued more than
+	// once with no fault to explain it (sim's invariant 12).
+	SchedulerWithoutSAC
 )

@@ -1,0 +1,544 @@
+// Periodic jobs: the scenario's scheduler processes, each a
+// rabbitmq.Scheduler whose shell the simulation steps on its one goroutine
+// (internal/backendhook.StepScheduler), and invariant 12's books.
+
+package sim
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/queuey/queuey/internal/backendhook"
+	"github.com/queuey/queuey/internal/consume"
+	"github.com/queuey/queuey/internal/redial"
+	"github.com/queuey/queuey/internal/sabotage"
+	"github.com/queuey/queuey/internal/schedcore"
+	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/rabbitmq"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// schedGroup is the group's name in the simulation: its election queue is
+// "queuey.scheduler.sim".
+const schedGroup = "sim"
+
+// periodic is the state of the scenario's scheduler group.
+type periodic struct {
+	procs []*schedProc
+	byTag map[string]*schedProc // by consumer tag on the election queue
+	ready []*schedProc          // with tokens delivered and not taken yet
+	// arrived are tokens the broker delivered, on their way to their
+	// process (pumpPeriodic gives each its delivery latency).
+	arrived  []arrival
+	acting   *schedProc // the process whose step is under way
+	jobs     []rabbitmq.PeriodicJob
+	tickCfg  queuey.QueueConfig
+	election string // the election queue
+	tickArgs tickJob
+
+	// Invariant 12's books: every copy of every tick enqueued, by tick
+	// ID, and the leaderless spans. A process leads, as the broker sees
+	// it, from the first token the broker hands it on a subscription until
+	// that subscription's connection closes.
+	copies  map[string][]tickCopy
+	holders int           // processes leading now
+	gaps    []gap         // spans with no process leading, in order; the last may be open
+	up      int           // processes connected now
+	upSince time.Duration // since when some process has been connected, while up > 0
+}
+
+// schedProc is one scheduler process of the group: a connection, a
+// backend, a producer and a rabbitmq.Scheduler on them, made afresh on
+// each reconnection, and its shell, which lives as long as the process.
+type schedProc struct {
+	idx  int
+	life int // processes so far in this slot: a crashed one is replaced
+	up   bool
+	conn *membroker.Connection
+	rb   *rabbitmq.Backend
+	// step is the process's scheduler shell; nil while it is dead.
+	step    backendhook.Scheduler
+	sub     *consume.Sub
+	tag     string // the current subscription's consumer tag
+	in      <-chan amqp.Delivery
+	gen     uint64 // the subscription's generation, as the shell knows it
+	tags    int    // subscriptions so far, for consumer tags
+	pending int    // tokens the broker handed over and the shell has yet to take
+	// deliveries counts the tokens the broker handed over, for their
+	// latency draws; takeAt is when the last of them reaches the process.
+	deliveries uint64
+	takeAt     time.Duration
+	wake       *StoppableTimer
+	leading    bool // what the shell said last, for the trace
+	// token: the broker has handed this process a token on its current
+	// subscription, whose connection is open (invariant 12).
+	token bool
+	// faults are when a fault closed the process's connection.
+	faults []time.Duration
+	// dial is its reconnection loop.
+	dial      *redial.Core
+	dialWatch dialWatch
+	dials     uint64
+}
+
+// arrival is a token the broker delivered to p, to its consumer tag.
+type arrival struct {
+	p   *schedProc
+	tag string
+}
+
+// tickCopy is one copy of a tick's job: when it was enqueued and by which
+// process.
+type tickCopy struct {
+	at   time.Duration
+	proc int
+}
+
+// gap is a span with no process leading; to < 0 while it lasts.
+type gap struct{ from, to time.Duration }
+
+// tickJob is the job of every tick.
+type tickJob struct {
+	queue string
+	At    time.Time `json:"at"`
+}
+
+func (j *tickJob) Kind() string  { return "tick" }
+func (j *tickJob) Queue() string { return j.queue }
+
+// startPeriodic starts the scenario's scheduler processes.
+func (r *runner) startPeriodic() error {
+	ps := r.s.Periodic
+	if ps == nil {
+		return nil
+	}
+	r.per = &periodic{
+		byTag:    map[string]*schedProc{},
+		tickCfg:  queuey.QueueConfig{Name: ps.Queue, Type: queuey.Classic},
+		election: "queuey.scheduler." + schedGroup,
+		copies:   map[string][]tickCopy{},
+		gaps:     []gap{{from: 0, to: -1}},
+	}
+	pe := r.per
+	pe.tickArgs.queue = ps.Queue
+	for _, sc := range ps.Schedules {
+		pe.jobs = append(pe.jobs, rabbitmq.PeriodicJob{Name: sc.Name, Every: sc.Every.D(),
+			Args: func(tick time.Time) queuey.JobArgs { pe.tickArgs.At = tick; return &pe.tickArgs }})
+	}
+	for i := range ps.Processes {
+		p := &schedProc{idx: i}
+		pe.procs = append(pe.procs, p)
+		if err := r.connectSched(p); err != nil {
+			return fmt.Errorf("sim: starting scheduler process %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// connectSched connects scheduler process p: a backend and a producer on a
+// new connection, a rabbitmq.Scheduler on them, the election queue
+// declared and subscribed to, as Scheduler.Run does. A process that
+// starts (rather than reconnects) gets a new shell, and its first event.
+func (r *runner) connectSched(p *schedProc) error {
+	pe := r.per
+	conn, err := r.broker.Dial()
+	if err != nil {
+		return err
+	}
+	open := rabbitmq.Channels(conn.Channel)
+	if r.opts.Sabotage == sabotage.SchedulerWithoutSAC {
+		open = func() (rabbitmq.Channel, error) {
+			ch, err := conn.Channel()
+			return noSACChannel{ch}, err
+		}
+	}
+	rb, err := rabbitmq.New(open, rabbitmq.Options{Topology: r.top, ServerVersion: conn.ServerVersion()})
+	if err != nil {
+		return err
+	}
+	backendhook.SetClock(rb, r.clk.Now, notRipeYet)
+	producer, err := queuey.NewProducer(r.bg, rb, []queuey.QueueConfig{pe.tickCfg}, queuey.ProducerConfig{Clock: r.clk})
+	if err != nil {
+		return err
+	}
+	sched, err := rabbitmq.NewScheduler(rb, producer, pe.jobs, rabbitmq.SchedulerOptions{
+		Group: schedGroup, Refresh: r.s.Periodic.Refresh.D(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	p.conn, p.rb = conn, rb
+	starting := p.step == nil
+	if starting {
+		p.life++
+		life := p.life
+		p.step = backendhook.StepScheduler(sched, fmt.Sprintf("p%d.%d", p.idx, life), func(at time.Time) {
+			if p.wake != nil {
+				p.wake.Stop()
+			}
+			p.wake = r.clk.Stoppable(max(at.Sub(r.clk.Now()), 0), func() bool { return p.life == life && p.step != nil },
+				func() { r.stepSched(p, func() { p.step.Time(r.bg) }) })
+		})
+	} else {
+		p.step.Rebind(sched)
+	}
+	if err := p.step.Declare(r.bg); err != nil {
+		return err
+	}
+	p.tags++
+	p.gen++
+	tag := fmt.Sprintf("scheduler-%d-%d", p.idx, p.tags)
+	pe.byTag[tag], p.tag = p, tag // before subscribing, which may deliver at once
+	sub, _, err := backendhook.Subscribe(rb, r.bg, p.step.Queue(), tag, p.step.Prefetch())
+	if err != nil {
+		return err
+	}
+	p.sub = sub
+	_, _, p.in, _ = sub.Current()
+	p.up = true
+	if pe.up++; pe.up == 1 {
+		pe.upSince = r.now()
+	}
+	if starting {
+		r.stepSched(p, func() { p.step.Start(r.bg) })
+	}
+	return nil
+}
+
+// stepSched runs one event of p's shell, which carries out what its core
+// asks; the broker's events meanwhile are p's.
+func (r *runner) stepSched(p *schedProc, step func()) {
+	pe := r.per
+	pe.acting = p
+	step()
+	pe.acting = nil
+	if l := p.step != nil && p.step.Leading(); l != p.leading {
+		p.leading = l
+		detail := "leads"
+		if !l {
+			detail = "no longer leads"
+		}
+		r.emit(Event{Kind: EvLead, Queue: pe.election, Worker: p.idx, Detail: detail})
+	}
+}
+
+// pumpPeriodic hands the tokens the broker delivered to their processes'
+// shells. A token reaches its process a latency after the broker handed
+// it over, up to Timing.Latency, in order: membroker hands it over at once,
+// and a model where every process learns of a token at the instant it is
+// sent would hide the races between processes that lead at once
+// (sabotage.SchedulerWithoutSAC).
+func (r *runner) pumpPeriodic() {
+	pe := r.per
+	for _, a := range pe.arrived {
+		p, tag := a.p, a.tag
+		p.deliveries++
+		lat := time.Duration(r.draw(uint64(p.idx)<<40|uint64(p.life)<<32|uint64(p.tags), p.deliveries, streamTokenLatency) * float64(r.s.Timing.Latency.D()))
+		p.takeAt = max(p.takeAt, r.now()+lat)
+		take := func() {
+			if p.tag != tag || !p.up {
+				return // gone back with its connection
+			}
+			if p.pending++; p.pending == 1 {
+				pe.ready = append(pe.ready, p)
+			}
+		}
+		if p.takeAt == r.now() {
+			take()
+		} else {
+			r.clk.AfterFunc(p.takeAt-r.now(), take)
+		}
+	}
+	pe.arrived = pe.arrived[:0]
+	for i := 0; i < len(pe.ready); i++ {
+		p := pe.ready[i]
+		pe.ready[i] = nil
+		for p.pending > 0 {
+			p.pending--
+			d := new(consume.Delivery)
+			if !receiveNow(&d.D, p.in) {
+				p.pending = 0 // gone back with its connection
+				break
+			}
+			p.sub.Take(d, 1)
+			gen := p.gen
+			r.stepSched(p, func() { p.step.Token(r.bg, gen, d) })
+		}
+	}
+	pe.ready = pe.ready[:0]
+}
+
+// observePeriodic is the broker's events on the election and tick queues,
+// under its lock: it must not call the broker.
+func (r *runner) observePeriodic(ev membroker.Event) {
+	pe := r.per
+	switch {
+	case ev.Kind == membroker.EventDelivered && ev.Queue == pe.election:
+		p := pe.byTag[ev.ConsumerTag]
+		if p == nil {
+			r.failf("a token was delivered to consumer %q, not a scheduler process's", ev.ConsumerTag)
+			return
+		}
+		if !p.token && !r.restarting { // not handed to a connection about to close
+			p.token = true
+			if pe.holders++; pe.holders == 1 {
+				g := &pe.gaps[len(pe.gaps)-1]
+				g.to = r.now()
+				r.checkGap(*g)
+			}
+		}
+		pe.arrived = append(pe.arrived, arrival{p, ev.ConsumerTag})
+	case ev.Kind == membroker.EventLost && ev.Queue == pe.election:
+		r.emit(Event{Kind: EvLost, Queue: ev.Queue, Worker: -1, Detail: "a token, " + ev.Reason})
+	case ev.Kind == membroker.EventEnqueued && ev.Queue == r.s.Periodic.Queue:
+		if pe.acting == nil {
+			r.failf("tick %q enqueued outside a scheduler's step", ev.MessageID)
+			return
+		}
+		r.tickEnqueued(ev.MessageID, pe.acting)
+	}
+}
+
+// tickEnqueued records a copy of a tick's job, and checks that a second
+// copy follows a fault on the process that enqueued the one before
+// (invariant 12): only a leader that died before it recorded the tick
+// leaves a successor that enqueues it again.
+func (r *runner) tickEnqueued(id string, p *schedProc) {
+	pe := r.per
+	now := r.now()
+	cs := pe.copies[id]
+	if n := len(cs); n > 0 {
+		prev := cs[n-1]
+		if !slices.ContainsFunc(pe.procs[prev.proc].faults, func(t time.Duration) bool { return t >= prev.at && t <= now }) {
+			r.violate(invTicks, nil, fmt.Sprintf("tick %s enqueued again by scheduler %d, and no fault hit scheduler %d, which enqueued it at %s",
+				id, p.idx, prev.proc, appendVirtual(nil, prev.at)))
+		}
+	}
+	pe.copies[id] = append(cs, tickCopy{at: now, proc: p.idx})
+	r.emit(Event{Kind: EvTick, Queue: r.s.Periodic.Queue, Worker: p.idx, Detail: id})
+}
+
+// schedDown is a fault closing p's connection, told to the books before
+// the broker hands its tokens on: the process leads no more.
+func (r *runner) schedDown(p *schedProc) {
+	pe := r.per
+	p.faults = append(p.faults, r.now())
+	if p.token {
+		p.token = false
+		if pe.holders--; pe.holders == 0 {
+			pe.gaps = append(pe.gaps, gap{from: r.now(), to: -1})
+		}
+	}
+}
+
+// schedLost is what follows the close of p's connection: the process
+// waits to reconnect, its backend closed, and its shell (unless it died)
+// hears that its subscription is gone.
+func (r *runner) schedLost(p *schedProc) {
+	pe := r.per
+	if !p.up {
+		return
+	}
+	<-p.rb.Done() // the backend learns of the close on its publisher's goroutine
+	p.up, p.pending = false, 0
+	pe.up--
+	_ = p.rb.Close()
+	if p.step != nil {
+		gen := p.gen
+		r.stepSched(p, func() { p.step.Lost(r.bg, gen) })
+	}
+}
+
+// schedFault is a crash or drop of scheduler process f.Worker.
+func (r *runner) schedFault(f Fault) {
+	p := r.per.procs[f.Worker]
+	if !p.up {
+		return
+	}
+	ev := Event{Kind: EvDrop, Queue: r.per.election, Worker: p.idx}
+	if f.Kind == FaultCrash {
+		ev = Event{Kind: EvCrash, Queue: r.per.election, Worker: p.idx, Detail: "injected crash"}
+	}
+	r.emit(ev)
+	r.schedDown(p)
+	if f.Kind == FaultCrash {
+		p.step, p.leading = nil, false // the process, and its shell, died
+	}
+	r.broker.CloseConnection(p.conn, nil)
+	r.schedLost(p)
+	life := p.life
+	r.clk.AfterFunc(f.Restart.D(), func() {
+		if p.life == life && !p.up { // neither back nor started afresh since
+			r.restartSched(p)
+		}
+	})
+}
+
+// restartSched has p connect again: its first attempt at once, then as its
+// reconnection loop says while the broker is unreachable.
+func (r *runner) restartSched(p *schedProc) {
+	p.dials++
+	p.dial = r.newLoop(1<<61 | uint64(p.idx)<<20 | p.dials)
+	r.runSchedLoop(p, p.dial, p.dial.Start())
+}
+
+// schedBrokerDown closes every scheduler process's connection in a broker
+// restart, kill or outage (brokerDown): call before, with the broker
+// still up, and with after once the connections are closed.
+func (r *runner) schedBrokerDown(close func()) {
+	if r.per == nil {
+		close()
+		return
+	}
+	var up []*schedProc
+	for _, p := range r.per.procs {
+		if p.up {
+			r.schedDown(p)
+			up = append(up, p)
+		}
+	}
+	close()
+	for _, p := range up {
+		r.schedLost(p)
+		if p.dial == nil { // up since the run began: its loop starts now
+			p.dials++
+			p.dial = r.newLoop(1<<61 | uint64(p.idx)<<20 | p.dials)
+			p.dial.Start()
+			p.dial.DialDone(nil, false)
+		}
+		r.runSchedLoop(p, p.dial, p.dial.Lost(errBrokerDown))
+	}
+}
+
+// runSchedLoop runs p's reconnection loop.
+func (r *runner) runSchedLoop(p *schedProc, loop *redial.Core, acts []redial.Action) {
+	r.runLoop(loop, &p.dialWatch, acts,
+		func() bool { return p.dial == loop && !p.up },
+		func() error {
+			if err := r.connectSched(p); err != nil {
+				r.failf("reconnecting scheduler process %d: %v", p.idx, err)
+				return nil
+			}
+			r.emit(Event{Kind: EvRestart, Queue: r.per.election, Worker: p.idx})
+			return nil
+		},
+		func(attempt int) {
+			r.emit(Event{Kind: EvDialFailed, Queue: r.per.election, Worker: p.idx, Attempt: attempt})
+		})
+}
+
+// checkTicks is invariant 12 at the end of the run: every tick due while
+// some process led was enqueued. A tick may go missing only when, between
+// it and the first enqueue of a later tick of its schedule, the trace
+// shows a span with no leader, which the next leader's coalescing of
+// missed ticks explains; and a span with no leader lasts no longer than
+// the processes' Refresh (plus a retry's second) while some process is
+// connected, since each process that does not lead offers a token every
+// Refresh.
+func (r *runner) checkTicks() *PeriodicResult {
+	pe := r.per
+	stop := r.now()
+	res := &PeriodicResult{}
+	for _, g := range pe.gaps {
+		to := g.to
+		if to < 0 {
+			to = stop
+		}
+		res.Leaderless += Duration(to - g.from)
+	}
+	if g := pe.gaps[len(pe.gaps)-1]; g.to < 0 {
+		g.to = stop // the span lasting at the end, judged as if it ended now
+		r.checkGap(g)
+	}
+	leaderless := func(from, to time.Duration) bool {
+		for _, g := range pe.gaps {
+			if g.from <= to && (g.to < 0 || g.to >= from) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, sc := range r.s.Periodic.Schedules {
+		every := sc.Every.D()
+		// The first tick is the latest at or before the start: the first
+		// leader, knowing of no tick, enqueues it.
+		first := schedcore.Schedule{Name: sc.Name, Every: every}.Tick(Start)
+		var enq []time.Duration // by tick, the first copy's time; -1 for none
+		var ticks []time.Time
+		for t := first; !t.After(r.clk.Now()); t = t.Add(every) {
+			ticks = append(ticks, t)
+			at := time.Duration(-1)
+			if cs := pe.copies[schedcore.TickID(sc.Name, t)]; len(cs) > 0 {
+				at = cs[0].at
+				res.Enqueued++
+				res.Duplicates += len(cs) - 1
+			}
+			enq = append(enq, at)
+		}
+		next := stop // the first enqueue of a tick after the current one
+		for k := len(ticks) - 1; k >= 0; k-- {
+			t := ticks[k].Sub(Start)
+			if t+time.Second > stop {
+				continue // due too late in the run to judge
+			}
+			res.Due++
+			if enq[k] >= 0 {
+				next = enq[k]
+				continue
+			}
+			res.Missed++
+			if !leaderless(t, next) {
+				r.violate(invTicks, nil, fmt.Sprintf("tick %s was never enqueued, and some process led from it until %s",
+					schedcore.TickID(sc.Name, ticks[k]), appendVirtual(nil, next)))
+			}
+		}
+	}
+	return res
+}
+
+// checkGap is invariant 12 for span g with no leader, ended (or judged)
+// at g.to: while some process is connected, the group has a leader again
+// within the Refresh, since each process that does not lead offers a
+// token every Refresh (and tries again a second after a failed offer).
+func (r *runner) checkGap(g gap) {
+	pe := r.per
+	if pe.up == 0 {
+		return // every process is down: nothing can lead
+	}
+	from := max(g.from, pe.upSince)
+	if bound := r.s.Periodic.Refresh.D() + 2*time.Second; g.to-from > bound {
+		r.violate(invTicks, nil, fmt.Sprintf("no scheduler process led from %s to %s, though one was connected all along from %s",
+			appendVirtual(nil, g.from), appendVirtual(nil, g.to), appendVirtual(nil, from)))
+	}
+}
+
+// PeriodicResult is what the scheduler group did (Scenario.Periodic).
+type PeriodicResult struct {
+	// Due counts the ticks of every schedule the run judged, Enqueued
+	// those with at least one job, Missed the others (coalesced into a
+	// later tick across a span with no leader), and Duplicates the
+	// extra jobs of ticks enqueued more than once.
+	Due        int `json:"due"`
+	Enqueued   int `json:"enqueued"`
+	Missed     int `json:"missed"`
+	Duplicates int `json:"duplicates"`
+	// Leaderless is how long no process led, in all.
+	Leaderless Duration `json:"leaderless"`
+}
+
+// noSACChannel declares a scheduler group's election queue without
+// single active consumer (sabotage.SchedulerWithoutSAC): every process
+// then gets tokens, and leads.
+type noSACChannel struct{ rabbitmq.Channel }
+
+func (c noSACChannel) QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error) {
+	if strings.HasPrefix(name, "queuey.scheduler.") {
+		args = maps.Clone(args)
+		delete(args, "x-single-active-consumer")
+	}
+	return c.Channel.QueueDeclare(name, durable, autoDelete, exclusive, noWait, args)
+}
