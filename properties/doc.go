@@ -4,10 +4,12 @@
 //   - TestScenarios draws whole sim.Scenario values field by field (queue
 //     type and broker profile, granularities, retry policy, workers and
 //     prefetch, constant, Poisson, burst and replayed arrivals, outcome
-//     rates, handler and Retry-After distributions, crashes, dropped
-//     connections, refused hold declarations, broker restarts and
-//     outages), runs each with sim.Run
-//     and requires no error and no violation of invariants 1–9. Scenarios
+//     rates, handler and Retry-After distributions, handler timeouts,
+//     crashes, dropped connections, refused hold declarations, broker
+//     restarts, kills and outages, and in about half of them a group of
+//     periodic schedulers with crashes and drops of its own), runs each
+//     with sim.Run and requires no error and no violation of any of the
+//     simulator's invariants (docs/simulator.md). Scenarios
 //     stay small (at most 30 virtual seconds of arrivals, a 2-minute drain,
 //     20 jobs a second per arrival process), so one run takes a few
 //     milliseconds, and a failure shrinks to a small scenario rather than

@@ -25,7 +25,7 @@ func receiveNow(d *amqp.Delivery, c <-chan amqp.Delivery) (ok bool) {
 	}
 }
 
-// InvariantName returns the short name of invariant n (1–10), as
+// InvariantName returns the short name of invariant n (1–12), as
 // Violation.Name gives it.
 func InvariantName(n int) string {
 	if n > 0 && n < len(invariants) {

@@ -9,7 +9,8 @@
 // outcome model (success, retryable and fatal failures, rate limits with a
 // Retry-After, handler durations, poison jobs, malformed bodies), workers,
 // a broker profile and faults (worker crashes, dropped connections, refused
-// hold declarations, broker restarts and outages). Run simulates it and
+// hold declarations, broker restarts, kills and outages), and perhaps a
+// group of periodic schedulers (Periodic). Run simulates it and
 // returns a Result: jobs by
 // terminal state, attempts and deferrals, the wait rounding added to each
 // hold, how long released deferrals and new jobs waited for a worker, hold
@@ -52,7 +53,18 @@
 //  9. reconnection keeps to its backoff, with no dial storm: after a
 //     restart or an outage, every dial of a process but its first comes
 //     exactly the wait its loop drew after the loop asked for it, one dial
-//     per wait, each wait within the backoff's bound for its attempt.
+//     per wait, each wait within the backoff's bound for its attempt;
+//  10. the broker never closes a worker's channel: no settlement is a
+//     protocol error;
+//  11. no job runs more than its attempts allow, nor twice at one attempt
+//     unless it went back to its queue unsettled as often;
+//  12. every periodic tick enqueued once: each tick at least once unless
+//     a span with no leader comes between it and the next tick enqueued,
+//     twice only after a fault on the process that enqueued it before (or
+//     lost tokens), and no span without a leader outlasting the Refresh
+//     while a process is connected.
+//
+// docs/simulator.md states each in full.
 //
 // The simulated broker is as sloppy as a live one (Scenario.Timing, on by
 // default at values measured on a live RabbitMQ 4.0.5): a publish lands up
@@ -77,6 +89,13 @@
 // requeues after RequeueDelay, and drops the outcome of a delivery whose
 // connection went. The simulator only carries out what the core says, on
 // the virtual clock, and checks it.
+//
+// Each scheduler process of a Periodic group is a rabbitmq.Scheduler whose
+// shell, the code Scheduler.Run drives, the simulation steps through
+// internal/backendhook.StepScheduler: the product's own core and shell
+// elect, enqueue and record the ticks; the simulation hands each process
+// its tokens, a drawn latency after the broker delivered them, and checks
+// invariant 12.
 //
 // Deliveries are taken off the worker's channel the way the backend's
 // Consume sets it up (its own channel, Qos(prefetch), manual

@@ -45,7 +45,10 @@ type periodic struct {
 	// ID, and the leaderless spans. A process leads, as the broker sees
 	// it, from the first token the broker hands it on a subscription until
 	// that subscription's connection closes.
-	copies  map[string][]tickCopy
+	copies  map[string][]*tickCopy
+	// tokensLost are when the broker lost tokens (a kill): the state they
+	// carried, ticks recorded included, is gone with them.
+	tokensLost []time.Duration
 	holders int           // processes leading now
 	gaps    []gap         // spans with no process leading, in order; the last may be open
 	up      int           // processes connected now
@@ -80,6 +83,8 @@ type schedProc struct {
 	token bool
 	// faults are when a fault closed the process's connection.
 	faults []time.Duration
+	// unrecorded are its copies of ticks no token of its has carried yet.
+	unrecorded []*tickCopy
 	// dial is its reconnection loop.
 	dial      *redial.Core
 	dialWatch dialWatch
@@ -97,6 +102,9 @@ type arrival struct {
 type tickCopy struct {
 	at   time.Duration
 	proc int
+	// recorded is when the process next published a token, which carries
+	// the tick; -1 until then.
+	recorded time.Duration
 }
 
 // gap is a span with no process leading; to < 0 while it lasts.
@@ -121,7 +129,7 @@ func (r *runner) startPeriodic() error {
 		byTag:    map[string]*schedProc{},
 		tickCfg:  queuey.QueueConfig{Name: ps.Queue, Type: queuey.Classic},
 		election: "queuey.scheduler." + schedGroup,
-		copies:   map[string][]tickCopy{},
+		copies:   map[string][]*tickCopy{},
 		gaps:     []gap{{from: 0, to: -1}},
 	}
 	pe := r.per
@@ -293,7 +301,16 @@ func (r *runner) observePeriodic(ev membroker.Event) {
 		}
 		pe.arrived = append(pe.arrived, arrival{p, ev.ConsumerTag})
 	case ev.Kind == membroker.EventLost && ev.Queue == pe.election:
+		pe.tokensLost = append(pe.tokensLost, r.now())
 		r.emit(Event{Kind: EvLost, Queue: ev.Queue, Worker: -1, Detail: "a token, " + ev.Reason})
+	case ev.Kind == membroker.EventEnqueued && ev.Queue == pe.election && pe.acting != nil:
+		// A token of the acting process's: it carries every tick the
+		// process enqueued before.
+		p := pe.acting
+		for _, c := range p.unrecorded {
+			c.recorded = r.now()
+		}
+		p.unrecorded = p.unrecorded[:0]
 	case ev.Kind == membroker.EventEnqueued && ev.Queue == r.s.Periodic.Queue:
 		if pe.acting == nil {
 			r.failf("tick %q enqueued outside a scheduler's step", ev.MessageID)
@@ -304,21 +321,31 @@ func (r *runner) observePeriodic(ev membroker.Event) {
 }
 
 // tickEnqueued records a copy of a tick's job, and checks that a second
-// copy follows a fault on the process that enqueued the one before
-// (invariant 12): only a leader that died before it recorded the tick
-// leaves a successor that enqueues it again.
+// copy is explained (invariant 12): a fault hit the process that enqueued
+// the copy before, after it enqueued it and before a token of its carried
+// it, or the broker lost tokens since. Otherwise the tick was recorded
+// in a token the group kept, and no leader may enqueue it again.
 func (r *runner) tickEnqueued(id string, p *schedProc) {
 	pe := r.per
 	now := r.now()
 	cs := pe.copies[id]
 	if n := len(cs); n > 0 {
 		prev := cs[n-1]
-		if !slices.ContainsFunc(pe.procs[prev.proc].faults, func(t time.Duration) bool { return t >= prev.at && t <= now }) {
-			r.violate(invTicks, nil, fmt.Sprintf("tick %s enqueued again by scheduler %d, and no fault hit scheduler %d, which enqueued it at %s",
+		until := now
+		if prev.recorded >= 0 {
+			until = prev.recorded
+		}
+		within := func(from, to time.Duration) func(time.Duration) bool {
+			return func(t time.Duration) bool { return t >= from && t <= to }
+		}
+		if !slices.ContainsFunc(pe.procs[prev.proc].faults, within(prev.at, until)) && !slices.ContainsFunc(pe.tokensLost, within(prev.at, now)) {
+			r.violate(invTicks, nil, fmt.Sprintf("tick %s enqueued again by scheduler %d; scheduler %d enqueued it at %s, and no fault hit it before a token of its carried it, nor were tokens lost since",
 				id, p.idx, prev.proc, appendVirtual(nil, prev.at)))
 		}
 	}
-	pe.copies[id] = append(cs, tickCopy{at: now, proc: p.idx})
+	c := &tickCopy{at: now, proc: p.idx, recorded: -1}
+	pe.copies[id] = append(cs, c)
+	p.unrecorded = append(p.unrecorded, c)
 	r.emit(Event{Kind: EvTick, Queue: r.s.Periodic.Queue, Worker: p.idx, Detail: id})
 }
 
@@ -327,6 +354,7 @@ func (r *runner) tickEnqueued(id string, p *schedProc) {
 func (r *runner) schedDown(p *schedProc) {
 	pe := r.per
 	p.faults = append(p.faults, r.now())
+	p.unrecorded = p.unrecorded[:0] // a token it publishes after this may not carry them
 	if p.token {
 		p.token = false
 		if pe.holders--; pe.holders == 0 {
