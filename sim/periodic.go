@@ -45,14 +45,14 @@ type periodic struct {
 	// ID, and the leaderless spans. A process leads, as the broker sees
 	// it, from the first token the broker hands it on a subscription until
 	// that subscription's connection closes.
-	copies  map[string][]*tickCopy
+	copies map[string][]*tickCopy
 	// tokensLost are when the broker lost tokens (a kill): the state they
 	// carried, ticks recorded included, is gone with them.
 	tokensLost []time.Duration
-	holders int           // processes leading now
-	gaps    []gap         // spans with no process leading, in order; the last may be open
-	up      int           // processes connected now
-	upSince time.Duration // since when some process has been connected, while up > 0
+	holders    int           // processes leading now
+	gaps       []gap         // spans with no process leading, in order; the last may be open
+	up         int           // processes connected now
+	upSince    time.Duration // since when some process has been connected, while up > 0
 }
 
 // schedProc is one scheduler process of the group: a connection, a
