@@ -502,7 +502,6 @@ func (r *runner) checkTicks() *PeriodicResult {
 			at := time.Duration(-1)
 			if cs := pe.copies[schedcore.TickID(sc.Name, t)]; len(cs) > 0 {
 				at = cs[0].at
-				res.Enqueued++
 				res.Duplicates += len(cs) - 1
 			}
 			enq = append(enq, at)
@@ -515,6 +514,7 @@ func (r *runner) checkTicks() *PeriodicResult {
 			}
 			res.Due++
 			if enq[k] >= 0 {
+				res.Enqueued++
 				next = enq[k]
 				continue
 			}

@@ -78,6 +78,8 @@ type rowReport struct {
 	// head-of-line blocking, the point of the comparison.
 	ExpectedViolations int    `json:"expected_violations"`
 	TraceHash          string `json:"trace_hash"`
+	// Periodic is what the scenario's scheduler group did, if it has one.
+	Periodic *sim.PeriodicResult `json:"periodic,omitempty"`
 }
 
 // recommendation is the smallest granularity within the budget.
@@ -120,6 +122,7 @@ func newRowReport(r row) rowReport {
 		AddedWait: res.RetryAddedWait.Summary(), DeferredAddedWait: res.DeferredAddedWait.Summary(), DeferredWait: res.DeferredWait.Summary(), BacklogWait: res.BacklogWait.Summary(),
 		Jobs: res.Jobs, DeadByReason: res.DeadByReason, Deferrals: res.Deferrals, TimedOut: res.TimedOut, Abandoned: res.Abandoned,
 		Violations: res.ViolationCount, ViolationsByInvariant: map[string]int{}, TraceHash: res.TraceHash,
+		Periodic: res.Periodic,
 	}
 	for inv, n := range r.byInvariant {
 		rr.ViolationsByInvariant[strconv.Itoa(inv)] = n
