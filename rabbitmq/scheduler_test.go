@@ -422,34 +422,10 @@ func TestSchedulerSurvivesDropsRestartsAndKillsOnMembroker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
 		start := time.Now()
-		type proc struct {
-			net   *memNet
-			sched *Scheduler
-		}
-		var procs []*proc
-		for range 2 {
-			n := &memNet{broker: broker}
-			b, err := Connect(t.Context(), ConnectOptions{URLs: []string{secretURL}, Dial: n.dial, Rand: func() float64 { return 0.5 }},
-				Options{Topology: Topology{ClassicHolds: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sched := newTickScheduler(t, b, everyMinute)
-			ctx, stop := context.WithCancel(t.Context())
-			done := make(chan error, 1)
-			go func() { done <- sched.Run(ctx) }()
-			t.Cleanup(func() {
-				stop()
-				if err := <-done; err != nil {
-					t.Errorf("Run: %v", err)
-				}
-				_ = b.Close()
-			})
-			procs = append(procs, &proc{net: n, sched: sched})
-		}
+		scheds, nets := startSupervisedSchedulers(t, broker, 2)
 		leaders := func() (ids []int) {
-			for i, p := range procs {
-				if p.sched.Leading() {
+			for i, s := range scheds {
+				if s.Leading() {
 					ids = append(ids, i)
 				}
 			}
@@ -467,7 +443,7 @@ func TestSchedulerSurvivesDropsRestartsAndKillsOnMembroker(t *testing.T) {
 			faults["minutely@"+time.Now().UTC().Truncate(time.Minute).Format(time.RFC3339)] = true
 			f()
 		}
-		strike("drop", func() { procs[leaders()[0]].net.drop() })
+		strike("drop", func() { nets[leaders()[0]].drop() })
 		strike("restart", broker.Restart)
 		strike("kill", broker.Crash)
 		time.Sleep(5 * time.Minute)
