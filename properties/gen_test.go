@@ -118,7 +118,9 @@ func periodicGen(t *rapid.T, s *sim.Scenario, dur int) {
 			sim.Duration(20 * time.Second)}).Draw(t, "sched_refresh"), // 0: the default, 1 min
 	}
 	for i := range rapid.IntRange(1, 2).Draw(t, "schedules") {
-		p.Schedules = append(p.Schedules, sim.Schedule{Name: []string{"a", "b"}[i], Every: rapid.SampledFrom(everies).Draw(t, "sched_every")})
+		every := rapid.SampledFrom(everies).Draw(t, "sched_every")
+		offset := sim.Duration(time.Duration(rapid.IntRange(0, int(every.D()/time.Second)-1).Draw(t, "sched_offset_s")) * time.Second)
+		p.Schedules = append(p.Schedules, sim.Schedule{Name: []string{"a", "b"}[i], Every: every, Offset: offset})
 	}
 	s.Periodic = p
 	for range rapid.IntRange(0, 2).Draw(t, "sched_faults") {

@@ -27,9 +27,14 @@ type PeriodicJob struct {
 	// within a Scheduler.
 	Name string
 	// Every is the interval: a whole number of seconds, at least one. The
-	// ticks are its multiples since the Unix epoch (Every 24h ticks at
-	// midnight UTC), the same in every process.
+	// ticks are its multiples since the Unix epoch, plus Offset (Every 24h
+	// ticks at midnight UTC), the same in every process.
 	Every time.Duration
+	// Offset shifts the ticks past each multiple of Every: Every 24h with
+	// Offset 2h ticks at 02:00 UTC. A whole number of seconds, at least 0
+	// and less than Every. Defaults to 0. Ticks follow UTC: a local time
+	// moves against them with daylight saving.
+	Offset time.Duration
 	// Args returns the job of the tick. Required.
 	Args func(tick time.Time) queuey.JobArgs
 	// Options are the job's own options (queuey.EnqueueOption); the
@@ -123,6 +128,8 @@ func NewScheduler(backend *Backend, producer *queuey.Producer, jobs []PeriodicJo
 			why = "Name is used twice"
 		case j.Every < time.Second || j.Every%time.Second != 0:
 			why = fmt.Sprintf("Every %v is not a whole number of seconds, at least one", j.Every)
+		case j.Offset < 0 || j.Offset >= j.Every || j.Offset%time.Second != 0:
+			why = fmt.Sprintf("Offset %v is not a whole number of seconds from 0 to less than Every", j.Offset)
 		case j.Args == nil:
 			why = "Args is nil"
 		}
@@ -232,7 +239,7 @@ type schedShell struct {
 func (s *Scheduler) newShell(wake func(at time.Time)) *schedShell {
 	schedules := make([]schedcore.Schedule, len(s.jobs))
 	for i, j := range s.jobs {
-		schedules[i] = schedcore.Schedule{Name: j.Name, Every: j.Every}
+		schedules[i] = schedcore.Schedule{Name: j.Name, Every: j.Every, Offset: j.Offset}
 	}
 	return &schedShell{s: s, core: schedcore.New(schedules, schedcore.Config{ID: s.id, Refresh: s.opts.Refresh, RetryDelay: schedulerRetryDelay}),
 		tokens: map[schedcore.TokenRef]queuey.Delivery{}, wake: wake}

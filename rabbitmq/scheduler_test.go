@@ -149,6 +149,36 @@ func TestSchedulerFailsOverOnMembroker(t *testing.T) {
 	})
 }
 
+// A job with an Offset ticks that far past each multiple of its
+// interval: a minutely job with an offset of 30 s, at half past each
+// minute, and an hourly one at 45 minutes past.
+func TestSchedulerTicksAtItsOffset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := membroker.New(membroker.Config{Clock: clock.New(), Version: membroker.RabbitMQ43})
+		args := func(tick time.Time) queuey.JobArgs { return tickJob{At: tick} }
+		startSchedProcess(t, b, []PeriodicJob{
+			{Name: "half-past", Every: time.Minute, Offset: 30 * time.Second, Args: args},
+			{Name: "quarter-to", Every: time.Hour, Offset: 45 * time.Minute, Args: args},
+		})
+		start := time.Now()
+		time.Sleep(3 * time.Hour)
+		synctest.Wait()
+		var want []string
+		for tick := start.Add(-30 * time.Second).Truncate(time.Minute).Add(30 * time.Second); !tick.After(time.Now()); tick = tick.Add(time.Minute) {
+			want = append(want, "half-past@"+tick.UTC().Format(time.RFC3339))
+		}
+		for tick := start.Add(-45 * time.Minute).Truncate(time.Hour).Add(45 * time.Minute); !tick.After(time.Now()); tick = tick.Add(time.Hour) {
+			want = append(want, "quarter-to@"+tick.UTC().Format(time.RFC3339))
+		}
+		got := ticksOn(t, b)
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("ticks enqueued\n%v\nwant\n%v", got, want)
+		}
+	})
+}
+
 // NewScheduler refuses jobs it cannot schedule, naming the job and why.
 func TestNewSchedulerRefusesBadJobs(t *testing.T) {
 	b := membroker.New(membroker.Config{Clock: clock.New()})
@@ -175,6 +205,9 @@ func TestNewSchedulerRefusesBadJobs(t *testing.T) {
 		{[]PeriodicJob{{Name: "a", Every: 1500 * time.Millisecond, Args: args}}, SchedulerOptions{}, "whole number of seconds"},
 		{[]PeriodicJob{{Name: "a", Every: 0, Args: args}}, SchedulerOptions{}, "whole number of seconds"},
 		{[]PeriodicJob{{Name: "a", Every: time.Second}}, SchedulerOptions{}, "Args is nil"},
+		{[]PeriodicJob{{Name: "a", Every: time.Hour, Offset: -time.Second, Args: args}}, SchedulerOptions{}, "Offset -1s"},
+		{[]PeriodicJob{{Name: "a", Every: time.Hour, Offset: time.Hour, Args: args}}, SchedulerOptions{}, "less than Every"},
+		{[]PeriodicJob{{Name: "a", Every: time.Hour, Offset: 1500 * time.Millisecond, Args: args}}, SchedulerOptions{}, "Offset 1.5s"},
 		{[]PeriodicJob{{Name: "a", Every: time.Second, Args: args}}, SchedulerOptions{Refresh: time.Millisecond}, "outside 1s..10m0s"},
 		{[]PeriodicJob{{Name: "a", Every: time.Second, Args: args}}, SchedulerOptions{Refresh: 11 * time.Minute}, "consumer timeout"},
 		{[]PeriodicJob{{Name: "a", Every: time.Second, Args: args}}, SchedulerOptions{Group: strings.Repeat("g", 250)}, "Group"},

@@ -135,7 +135,7 @@ func (r *runner) startPeriodic() error {
 	pe := r.per
 	pe.tickArgs.queue = ps.Queue
 	for _, sc := range ps.Schedules {
-		pe.jobs = append(pe.jobs, rabbitmq.PeriodicJob{Name: sc.Name, Every: sc.Every.D(),
+		pe.jobs = append(pe.jobs, rabbitmq.PeriodicJob{Name: sc.Name, Every: sc.Every.D(), Offset: sc.Offset.D(),
 			Args: func(tick time.Time) queuey.JobArgs { pe.tickArgs.At = tick; return &pe.tickArgs }})
 	}
 	for i := range ps.Processes {
@@ -494,7 +494,7 @@ func (r *runner) checkTicks() *PeriodicResult {
 		every := sc.Every.D()
 		// The first tick is the latest at or before the start: the first
 		// leader, knowing of no tick, enqueues it.
-		first := schedcore.Schedule{Name: sc.Name, Every: every}.Tick(Start)
+		first := schedcore.Schedule{Name: sc.Name, Every: every, Offset: sc.Offset.D()}.Tick(Start)
 		var enq []time.Duration // by tick, the first copy's time; -1 for none
 		var ticks []time.Time
 		for t := first; !t.After(r.clk.Now()); t = t.Add(every) {

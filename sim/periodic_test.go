@@ -21,6 +21,7 @@ func periodicScenario(seed uint64) Scenario {
 		Periodic: &Periodic{Processes: 3, Refresh: dur(20 * time.Second), Schedules: []Schedule{
 			{Name: "every-7s", Every: dur(7 * time.Second)},
 			{Name: "minutely", Every: dur(time.Minute)},
+			{Name: "at-40s", Every: dur(time.Minute), Offset: dur(40 * time.Second)},
 		}},
 		Faults: []Fault{
 			{At: dur(2 * time.Minute), Kind: FaultCrash, Scheduler: true, Worker: 0, Restart: dur(5 * time.Second)},

@@ -97,6 +97,9 @@ type Schedule struct {
 	Name string `json:"name"`
 	// Every is its interval: whole seconds, at least one. Required.
 	Every Duration `json:"every"`
+	// Offset shifts its ticks past each multiple of Every: whole seconds,
+	// less than Every. Defaults to 0.
+	Offset Duration `json:"offset,omitempty"`
 }
 
 // Topology is the hold-queue rounding (see rabbitmq.Topology).

@@ -363,6 +363,8 @@ func (p *Periodic) validate(queues map[string]bool, top rabbitmq.Topology) error
 			return fieldErr(f+".name", "%q is used twice", sc.Name)
 		case sc.Every < Duration(time.Second) || sc.Every%Duration(time.Second) != 0:
 			return fieldErr(f+".every", "must be a whole number of seconds, at least one, got %s", sc.Every.D())
+		case sc.Offset < 0 || sc.Offset >= sc.Every || sc.Offset%Duration(time.Second) != 0:
+			return fieldErr(f+".offset", "must be a whole number of seconds, from 0 to less than every, got %s", sc.Offset.D())
 		}
 		names[sc.Name] = true
 	}

@@ -51,6 +51,7 @@ func TestLoadRefusesBadScenarios(t *testing.T) {
 		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"every":"1s"}]}}`, "periodic.schedules[0].name", "1 to 200 bytes"},
 		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"name":"a","every":"1s"},{"name":"a","every":"2s"}]}}`, "periodic.schedules[1].name", "used twice"},
 		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"name":"a","every":"1500ms"}]}}`, "periodic.schedules[0].every", "whole number of seconds"},
+		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"name":"a","every":"10s","offset":"10s"}]}}`, "periodic.schedules[0].offset", "less than every"},
 		{`{"duration":"1m",` + q + `,"faults":[{"at":"1s","kind":"crash","scheduler":true}]}`, "faults[0].scheduler", "no periodic section"},
 		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"name":"a","every":"1s"}]},"faults":[{"at":"1s","kind":"kill","scheduler":true}]}`, "faults[0].scheduler", "only a crash or a drop"},
 		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"name":"a","every":"1s"}]},"faults":[{"at":"1s","kind":"drop","scheduler":true,"worker":3}]}`, "faults[0].worker", "processes are 0..2"},

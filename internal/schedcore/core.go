@@ -30,7 +30,7 @@
 // # Ticks
 //
 // A schedule's ticks are the multiples of its interval since the Unix
-// epoch, so every process computes the same ones, and each tick's job has
+// epoch, shifted by its offset, so every process computes the same ones, and each tick's job has
 // an ID made of the schedule's name and the tick (TickID): a tick enqueued
 // twice, by a leader that died before it recorded the tick and by its
 // successor, is recognisable. Ticks missed while no process led are
@@ -47,10 +47,12 @@ import (
 	"time"
 )
 
-// Schedule is a job enqueued every Every.
+// Schedule is a job enqueued every Every, Offset past each multiple of
+// Every since the Unix epoch.
 type Schedule struct {
-	Name  string
-	Every time.Duration // a whole number of seconds, at least one
+	Name   string
+	Every  time.Duration // a whole number of seconds, at least one
+	Offset time.Duration // a whole number of seconds, 0 <= Offset < Every
 }
 
 // TickID is the ID of schedule name's job for tick: the name, "@", and the
@@ -61,13 +63,13 @@ func TickID(name string, tick time.Time) string {
 
 // Tick is the latest tick of s at or before now.
 func (s Schedule) Tick(now time.Time) time.Time {
-	every := int64(s.Every / time.Second)
-	sec := now.Unix()
+	every, off := int64(s.Every/time.Second), int64(s.Offset/time.Second)
+	sec := now.Unix() - off
 	t := sec - sec%every
 	if sec < 0 && sec%every != 0 {
 		t -= every
 	}
-	return time.Unix(t, 0).UTC()
+	return time.Unix(t+off, 0).UTC()
 }
 
 // Config configures a Core.

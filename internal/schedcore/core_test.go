@@ -25,6 +25,17 @@ func TestTick(t *testing.T) {
 			t.Errorf("Tick(%s) = %s, want %s", tc.now, got, tc.want)
 		}
 	}
+	daily := Schedule{Name: "nightly", Every: 24 * time.Hour, Offset: 2 * time.Hour}
+	for _, tc := range []struct{ now, want time.Time }{
+		{t0, time.Date(2026, 12, 4, 2, 0, 0, 0, time.UTC)},
+		{time.Date(2026, 12, 4, 1, 59, 59, 0, time.UTC), time.Date(2026, 12, 3, 2, 0, 0, 0, time.UTC)},
+		{time.Date(2026, 12, 4, 2, 0, 0, 0, time.UTC), time.Date(2026, 12, 4, 2, 0, 0, 0, time.UTC)},
+		{time.Unix(3600, 0), time.Unix(7200-86400, 0)},
+	} {
+		if got := daily.Tick(tc.now); !got.Equal(tc.want) {
+			t.Errorf("daily at 02:00: Tick(%s) = %s, want %s", tc.now, got, tc.want)
+		}
+	}
 	if got := TickID("report", t0.In(time.FixedZone("CET", 3600))); got != "report@2026-12-04T09:00:00Z" {
 		t.Errorf("TickID = %q", got)
 	}
