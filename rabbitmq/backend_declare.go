@@ -40,17 +40,25 @@ func (b *Backend) redeclare(conn Conn) error {
 		}
 	}
 	for _, name := range kept {
-		if err := declareKept(conn.Channel, name, args[name]); err != nil {
+		ch, err := conn.Channel()
+		if err != nil {
 			return err
 		}
+		// A refusal concerns that queue's user alone (a scheduler, whose
+		// consumer then fails to resume): it does not end the supervision
+		// of every producer and worker on the backend.
+		if _, err := ch.QueueDeclare(name, true, false, false, false, args[name]); err != nil {
+			b.logger.Warn("rabbitmq: declaring a queue again refused", "queue", name, "error", err)
+		}
+		_ = ch.Close()
 	}
 	return nil
 }
 
 // keepDeclared records that queue, which is not a work queue, was
 // declared with args, so that redeclare declares it again after a
-// reconnection: a kill can lose a quorum queue created moments before
-// (docs/rabbitmq-semantics.md §13), and its consumers could not resume.
+// reconnection: a queue deleted meanwhile (by an operator, or with a
+// reset node) would otherwise leave its consumers unable to resume.
 func (b *Backend) keepDeclared(queue string, args amqp.Table) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -60,17 +68,11 @@ func (b *Backend) keepDeclared(queue string, args amqp.Table) {
 	b.kept[queue] = args
 }
 
-// declareKept declares queue, durable, with args on a channel of its own.
-func declareKept(open func() (Channel, error), queue string, args amqp.Table) error {
-	ch, err := open()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = ch.Close() }()
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
-		return fmt.Errorf("rabbitmq: declare queue %q: %w", queue, err)
-	}
-	return nil
+// forgetDeclared undoes keepDeclared, once nothing consumes queue.
+func (b *Backend) forgetDeclared(queue string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.kept, queue)
 }
 
 // Declare declares each queue (its defaults filled in by WithDefaults) and

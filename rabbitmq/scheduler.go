@@ -169,6 +169,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if err := s.declare(ctx); err != nil {
 		return err
 	}
+	defer s.b.forgetDeclared(s.queue)
 	cons, err := s.b.Consume(ctx, s.queue, tokenPrefetch)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: scheduler: %w", err)
@@ -180,7 +181,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	sh := s.newShell(func(at time.Time) { timer.Reset(max(at.Sub(s.b.now()), 0)) })
+	sh := s.newShell(func(at time.Time) { timer.Reset(max(at.Sub(s.b.now()), 0)) }, schedcore.MutNone)
 	sh.lost = lost
 	sh.start(ctx)
 	for {
@@ -210,15 +211,20 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // declare declares the election queue, durable and quorum, with single
 // active consumer.
 func (s *Scheduler) declare(ctx context.Context) error {
-	open := func() (Channel, error) { return s.b.openChannel(ctx, "declaring "+s.queue) }
+	ch, err := s.b.openChannel(ctx, "declaring "+s.queue)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: scheduler: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
 	// No delivery limit: a token returned by every leader that died
 	// holding it must not be dropped after its 21st return
 	// (docs/rabbitmq-semantics.md §5.1).
 	args := amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": -1}
-	if err := declareKept(open, s.queue, args); err != nil {
-		return fmt.Errorf("rabbitmq: scheduler: its election queue: %w", err)
+	if _, err := ch.QueueDeclare(s.queue, true, false, false, false, args); err != nil {
+		return fmt.Errorf("rabbitmq: scheduler: declaring its election queue %q: %w", s.queue, err)
 	}
-	// Declared again after every reconnection of a backend from Connect.
+	// Declared again after every reconnection of a backend from Connect,
+	// until Run returns.
 	s.b.keepDeclared(s.queue, args)
 	return nil
 }
@@ -235,13 +241,14 @@ type schedShell struct {
 	lost   <-chan uint64      // the supervised consumer's lost channels; nil without
 }
 
-// newShell returns a shell for s's core, holding no token.
-func (s *Scheduler) newShell(wake func(at time.Time)) *schedShell {
+// newShell returns a shell for s's core, holding no token; mut breaks the
+// core for the simulator's tests.
+func (s *Scheduler) newShell(wake func(at time.Time), mut schedcore.Mutation) *schedShell {
 	schedules := make([]schedcore.Schedule, len(s.jobs))
 	for i, j := range s.jobs {
 		schedules[i] = schedcore.Schedule{Name: j.Name, Every: j.Every, Offset: j.Offset}
 	}
-	return &schedShell{s: s, core: schedcore.New(schedules, schedcore.Config{ID: s.id, Refresh: s.opts.Refresh, RetryDelay: schedulerRetryDelay}),
+	return &schedShell{s: s, core: schedcore.New(schedules, schedcore.Config{ID: s.id, Refresh: s.opts.Refresh, RetryDelay: schedulerRetryDelay, Mutate: mut}),
 		tokens: map[schedcore.TokenRef]queuey.Delivery{}, wake: wake}
 }
 
@@ -286,10 +293,10 @@ func (p stepped) Rebind(scheduler any) {
 }
 
 func init() {
-	backendhook.StepScheduler = func(scheduler any, id string, wake func(at time.Time)) backendhook.Scheduler {
+	backendhook.StepScheduler = func(scheduler any, id string, wake func(at time.Time), mut schedcore.Mutation) backendhook.Scheduler {
 		s := scheduler.(*Scheduler)
 		s.id = id
-		return stepped{s.newShell(wake)}
+		return stepped{s.newShell(wake, mut)}
 	}
 }
 

@@ -601,3 +601,89 @@ func TestSchedulerDeclaresItsElectionQueueAgainOnReconnection(t *testing.T) {
 		leadsAgain(t, broker, scheds)
 	})
 }
+
+// The election queue is declared again on reconnection only while Run
+// runs; and a refusal to declare it again (it was re-created with other
+// arguments) is the scheduler's trouble, not the end of the backend's
+// supervision: its producer still enqueues.
+func TestSchedulerElectionQueueRedeclaredOnlyWhileRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ43})
+		net := &memNet{broker: broker}
+		b, err := Connect(t.Context(), ConnectOptions{URLs: []string{secretURL}, Dial: net.dial, Rand: func() float64 { return 0.5 }},
+			Options{Topology: Topology{ClassicHolds: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = b.Close() }()
+		producer, err := queuey.NewProducer(t.Context(), b, tickQueues, queuey.ProducerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sched, err := NewScheduler(b, producer, everyMinute, SchedulerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin := func(f func(ch *membroker.Channel) error) {
+			t.Helper()
+			conn, err := broker.Dial()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = conn.Close() }()
+			ch, err := conn.Channel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f(ch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cutAndRestore := func(meanwhile func()) {
+			t.Helper()
+			net.setDown(true)
+			net.drop()
+			synctest.Wait()
+			meanwhile()
+			net.setDown(false)
+			time.Sleep(time.Minute)
+			synctest.Wait()
+			if err := b.Ready(); err != nil {
+				t.Fatalf("the backend is not ready again: %v", err)
+			}
+		}
+
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- sched.Run(ctx) }()
+		time.Sleep(90 * time.Second)
+		synctest.Wait()
+		// Re-created with other arguments while the process is cut off.
+		cutAndRestore(func() {
+			admin(func(ch *membroker.Channel) error {
+				if _, err := ch.QueueDelete("queuey.scheduler.default", false, false, false); err != nil {
+					return err
+				}
+				_, err := ch.QueueDeclare("queuey.scheduler.default", true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+				return err
+			})
+		})
+		if _, err := producer.Enqueue(t.Context(), tickJob{}); err != nil {
+			t.Fatalf("the producer no longer enqueues: %v", err)
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Logf("Run: %v", err)
+		}
+		// Once Run has returned, the backend declares it no more.
+		cutAndRestore(func() {
+			admin(func(ch *membroker.Channel) error {
+				_, err := ch.QueueDelete("queuey.scheduler.default", false, false, false)
+				return err
+			})
+		})
+		if _, ok := broker.Queue("queuey.scheduler.default"); ok {
+			t.Fatal("the election queue was declared again after Run returned")
+		}
+	})
+}

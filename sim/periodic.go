@@ -23,9 +23,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// schedGroup is the group's name in the simulation: its election queue is
-// "queuey.scheduler.sim".
-const schedGroup = "sim"
+// schedGroup is the group's name in the simulation, and electionQueue its
+// election queue.
+const (
+	schedGroup    = "sim"
+	electionQueue = "queuey.scheduler." + schedGroup
+)
 
 // periodic is the state of the scenario's scheduler group.
 type periodic struct {
@@ -128,7 +131,7 @@ func (r *runner) startPeriodic() error {
 	r.per = &periodic{
 		byTag:    map[string]*schedProc{},
 		tickCfg:  queuey.QueueConfig{Name: ps.Queue, Type: queuey.Classic},
-		election: "queuey.scheduler." + schedGroup,
+		election: electionQueue,
 		copies:   map[string][]*tickCopy{},
 		gaps:     []gap{{from: 0, to: -1}},
 	}
@@ -150,8 +153,10 @@ func (r *runner) startPeriodic() error {
 
 // connectSched connects scheduler process p: a backend and a producer on a
 // new connection, a rabbitmq.Scheduler on them, the election queue
-// declared and subscribed to, as Scheduler.Run does. A process that
-// starts (rather than reconnects) gets a new shell, and its first event.
+// declared and subscribed to, as Scheduler.Run does at its start and a
+// supervised backend's redeclaration and resumed consumer do after a
+// reconnection. A process that starts (rather than reconnects) gets a new
+// shell, and its first event.
 func (r *runner) connectSched(p *schedProc) error {
 	pe := r.per
 	conn, err := r.broker.Dial()
@@ -184,13 +189,17 @@ func (r *runner) connectSched(p *schedProc) error {
 	if starting {
 		p.life++
 		life := p.life
+		mut := schedcore.MutNone
+		if r.opts.mutate == mutSchedOfferOnce {
+			mut = schedcore.MutOfferOnce
+		}
 		p.step = backendhook.StepScheduler(sched, fmt.Sprintf("p%d.%d", p.idx, life), func(at time.Time) {
 			if p.wake != nil {
 				p.wake.Stop()
 			}
 			p.wake = r.clk.Stoppable(max(at.Sub(r.clk.Now()), 0), func() bool { return p.life == life && p.step != nil },
 				func() { r.stepSched(p, func() { p.step.Time(r.bg) }) })
-		})
+		}, mut)
 	} else {
 		p.step.Rebind(sched)
 	}
@@ -200,17 +209,19 @@ func (r *runner) connectSched(p *schedProc) error {
 	p.tags++
 	p.gen++
 	tag := fmt.Sprintf("scheduler-%d-%d", p.idx, p.tags)
-	pe.byTag[tag], p.tag = p, tag // before subscribing, which may deliver at once
+	// Up before subscribing, which may deliver at once: a token handed
+	// over then makes a leader of a connected process.
+	pe.byTag[tag], p.tag = p, tag
+	p.up, p.takeAt = true, 0
+	if pe.up++; pe.up == 1 {
+		pe.upSince = r.now()
+	}
 	sub, _, err := backendhook.Subscribe(rb, r.bg, p.step.Queue(), tag, p.step.Prefetch())
 	if err != nil {
 		return err
 	}
 	p.sub = sub
 	_, _, p.in, _ = sub.Current()
-	p.up = true
-	if pe.up++; pe.up == 1 {
-		pe.upSince = r.now()
-	}
 	if starting {
 		r.stepSched(p, func() { p.step.Start(r.bg) })
 	}
@@ -269,6 +280,10 @@ func (r *runner) pumpPeriodic() {
 			p.pending--
 			d := new(consume.Delivery)
 			if !receiveNow(&d.D, p.in) {
+				if p.up && !p.sub.Channel().IsClosed() {
+					r.failf("scheduler process %d: a token the broker reported is not on its channel", p.idx)
+					return
+				}
 				p.pending = 0 // gone back with its connection
 				break
 			}
@@ -296,7 +311,7 @@ func (r *runner) observePeriodic(ev membroker.Event) {
 			if pe.holders++; pe.holders == 1 {
 				g := &pe.gaps[len(pe.gaps)-1]
 				g.to = r.now()
-				r.checkGap(*g)
+				r.checkGap(g.from, g.to)
 			}
 		}
 		pe.arrived = append(pe.arrived, arrival{p, ev.ConsumerTag})
@@ -373,12 +388,25 @@ func (r *runner) schedLost(p *schedProc) {
 	}
 	<-p.rb.Done() // the backend learns of the close on its publisher's goroutine
 	p.up, p.pending = false, 0
+	if g := pe.gaps[len(pe.gaps)-1]; pe.up == 1 && g.to < 0 {
+		r.checkGap(g.from, r.now()) // the last process goes: judge the span so far
+	}
 	pe.up--
 	_ = p.rb.Close()
-	if p.step != nil {
-		gen := p.gen
-		r.stepSched(p, func() { p.step.Lost(r.bg, gen) })
+	if p.step == nil {
+		return // it died, and its shell with it
 	}
+	// The shell hears of it a latency later, as Run hears from its
+	// supervised consumer's goroutine. Meanwhile it may act, and must see
+	// for itself that its tokens' channel has closed.
+	gen, life := p.gen, p.life
+	p.deliveries++
+	lat := time.Duration(r.draw(uint64(p.idx)<<40|uint64(p.life)<<32|uint64(p.tags), p.deliveries, streamTokenLatency) * float64(r.s.Timing.Latency.D()))
+	r.clk.AfterFunc(lat, func() {
+		if p.life == life && p.step != nil {
+			r.stepSched(p, func() { p.step.Lost(r.bg, gen) })
+		}
+	})
 }
 
 // schedFault is a crash or drop of scheduler process f.Worker.
@@ -394,7 +422,11 @@ func (r *runner) schedFault(f Fault) {
 	r.emit(ev)
 	r.schedDown(p)
 	if f.Kind == FaultCrash {
-		p.step, p.leading = nil, false // the process, and its shell, died
+		p.step = nil // the process, and its shell, died
+		if p.leading {
+			p.leading = false
+			r.emit(Event{Kind: EvLead, Queue: r.per.election, Worker: p.idx, Detail: "no longer leads"})
+		}
 	}
 	r.broker.CloseConnection(p.conn, nil)
 	r.schedLost(p)
@@ -462,11 +494,9 @@ func (r *runner) runSchedLoop(p *schedProc, loop *redial.Core, acts []redial.Act
 // checkTicks is invariant 12 at the end of the run: every tick due while
 // some process led was enqueued. A tick may go missing only when, between
 // it and the first enqueue of a later tick of its schedule, the trace
-// shows a span with no leader, which the next leader's coalescing of
-// missed ticks explains; and a span with no leader lasts no longer than
-// the processes' Refresh (plus a retry's second) while some process is
-// connected, since each process that does not lead offers a token every
-// Refresh.
+// shows a span with no leader, or a new leader's first syncAllowance,
+// which the next leader's coalescing of missed ticks explains (checkGap
+// bounds the spans).
 func (r *runner) checkTicks() *PeriodicResult {
 	pe := r.per
 	stop := r.now()
@@ -479,12 +509,14 @@ func (r *runner) checkTicks() *PeriodicResult {
 		res.Leaderless += Duration(to - g.from)
 	}
 	if g := pe.gaps[len(pe.gaps)-1]; g.to < 0 {
-		g.to = stop // the span lasting at the end, judged as if it ended now
-		r.checkGap(g)
+		r.checkGap(g.from, stop) // the span lasting at the end
 	}
+	// leaderless: a span with no leader, or the time its next leader
+	// takes to act (syncAllowance), meets [from, to].
+	allow := r.syncAllowance()
 	leaderless := func(from, to time.Duration) bool {
 		for _, g := range pe.gaps {
-			if g.from <= to && (g.to < 0 || g.to >= from) {
+			if g.from <= to && (g.to < 0 || g.to+allow >= from) {
 				return true
 			}
 		}
@@ -528,20 +560,32 @@ func (r *runner) checkTicks() *PeriodicResult {
 	return res
 }
 
-// checkGap is invariant 12 for span g with no leader, ended (or judged)
-// at g.to: while some process is connected, the group has a leader again
-// within the Refresh, since each process that does not lead offers a
-// token every Refresh (and tries again a second after a failed offer).
-func (r *runner) checkGap(g gap) {
+// checkGap is invariant 12 for the span with no leader that began at
+// from, up to to, while processes have been connected since
+// pe.upSince: within the Refresh some process leads again, since each
+// process that does not lead offers a token every Refresh (and tries
+// again a second after a failed offer), and the active consumer takes it
+// a token latency or two later. It is judged when a leader comes, when
+// the last process goes down, and at the end of the run.
+func (r *runner) checkGap(from, to time.Duration) {
 	pe := r.per
 	if pe.up == 0 {
 		return // every process is down: nothing can lead
 	}
-	from := max(g.from, pe.upSince)
-	if bound := r.s.Periodic.Refresh.D() + 2*time.Second; g.to-from > bound {
+	since := max(from, pe.upSince)
+	if bound := r.s.Periodic.Refresh.D() + time.Second + r.syncAllowance(); to-since > bound {
 		r.violate(invTicks, nil, fmt.Sprintf("no scheduler process led from %s to %s, though one was connected all along from %s",
-			appendVirtual(nil, g.from), appendVirtual(nil, g.to), appendVirtual(nil, from)))
+			appendVirtual(nil, from), appendVirtual(nil, to), appendVirtual(nil, since)))
 	}
+}
+
+// syncAllowance is how long a process that begins to lead may take before
+// it acts: its tokens reach it a latency after the broker hands them over,
+// its own first token must come back to it (schedcore), a few latencies in
+// all, and its core may first wait out the second after an offer that
+// failed while it was cut off (schedulerRetryDelay).
+func (r *runner) syncAllowance() time.Duration {
+	return time.Second + 4*r.s.Timing.Latency.D()
 }
 
 // PeriodicResult is what the scheduler group did (Scenario.Periodic).

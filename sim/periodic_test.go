@@ -84,6 +84,27 @@ func TestPeriodicKillThatLosesTheTokens(t *testing.T) {
 	t.Logf("%+v", *pr)
 }
 
+// A group whose tokens a kill lost elects again only through the tokens
+// its followers offer every Refresh. With a core that offers one at its
+// start only, no process leads for the next 200 s, while all three are
+// connected; the outage that follows takes every process down, and the
+// span is judged then, not forgiven.
+func TestPeriodicLeaderlessSpanIsBounded(t *testing.T) {
+	s := periodicScenario(1)
+	s.Duration, s.Drain = dur(210*time.Second), dur(5*time.Second)
+	s.Faults = []Fault{
+		{At: dur(2 * time.Second), Kind: FaultKill, Restart: dur(time.Second)},
+		{At: dur(200 * time.Second), Kind: FaultOutage, For: dur(10 * time.Second)},
+	}
+	res, _ := run(t, s, Options{})
+	requireNoViolations(t, res)
+	res, _ = run(t, s, Options{mutate: mutSchedOfferOnce})
+	if res.ViolationsByInvariant[int(invTicks)] == 0 || !strings.Contains(res.Violations[0].Detail, "no scheduler process led from") {
+		t.Fatalf("a group that never elects again passed invariant 12: %+v, %v", *res.Periodic, res.Violations)
+	}
+	t.Log(res.Violations[0].Detail)
+}
+
 // Two processes leading at once (the election queue declared without
 // single active consumer) enqueue ticks twice with no fault to explain
 // it: invariant 12 notices.

@@ -66,6 +66,7 @@ const (
 	mutAckTwiceUnguarded          // mutAckTwice, and the consumer's core lets the second reach the broker
 	mutIgnoreStale                // the consumer's core never calls a delivery stale
 	mutIgnoreTimeout              // the worker core runs handlers without their timeout
+	mutSchedOfferOnce             // a scheduler process that does not lead offers a token at its start only
 )
 
 // keepsDeliveries says that a delivery may be settled again after its

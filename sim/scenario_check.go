@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
@@ -331,22 +332,29 @@ func (s Scenario) Validate() error {
 		}
 	}
 	if s.Periodic != nil {
-		if err := s.Periodic.validate(seen, top); err != nil {
+		taken := map[string]bool{}
+		for name := range seen {
+			taken[name], taken[top.DeadQueue(name)] = true, true
+		}
+		if err := s.Periodic.validate(taken, top); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// validate checks a periodic section; queues are the work queues' names.
-func (p *Periodic) validate(queues map[string]bool, top rabbitmq.Topology) error {
+// validate checks a periodic section; taken are the names of the work
+// queues and their dead-letter queues.
+func (p *Periodic) validate(taken map[string]bool, top rabbitmq.Topology) error {
 	switch {
 	case p.Processes < 1 || p.Processes > 64:
 		return fieldErr("periodic.processes", "must be within 1..64, got %d", p.Processes)
 	case p.Refresh < Duration(time.Second) || p.Refresh > Duration(10*time.Minute):
 		return fieldErr("periodic.refresh", "must be within 1s..10m, got %s", p.Refresh.D())
-	case queues[p.Queue]:
-		return fieldErr("periodic.queue", "%q is a work queue of the scenario", p.Queue)
+	case taken[p.Queue] || taken[top.DeadQueue(p.Queue)]:
+		return fieldErr("periodic.queue", "%q or its dead-letter queue is a queue of the scenario's work queues", p.Queue)
+	case taken[electionQueue] || p.Queue == electionQueue || top.DeadQueue(p.Queue) == electionQueue:
+		return fieldErr("periodic.queue", "%q is the scheduler group's election queue, which no other queue may be named", electionQueue)
 	case len(p.Schedules) == 0:
 		return fieldErr("periodic.schedules", "at least one schedule is needed")
 	}
@@ -357,8 +365,8 @@ func (p *Periodic) validate(queues map[string]bool, top rabbitmq.Topology) error
 	for i, sc := range p.Schedules {
 		f := fmt.Sprintf("periodic.schedules[%d]", i)
 		switch {
-		case sc.Name == "" || len(sc.Name) > 200:
-			return fieldErr(f+".name", "must be 1 to 200 bytes, got %q", sc.Name)
+		case sc.Name == "" || len(sc.Name) > 200 || !utf8.ValidString(sc.Name):
+			return fieldErr(f+".name", "must be 1 to 200 bytes of UTF-8, got %q", sc.Name)
 		case names[sc.Name]:
 			return fieldErr(f+".name", "%q is used twice", sc.Name)
 		case sc.Every < Duration(time.Second) || sc.Every%Duration(time.Second) != 0:

@@ -46,7 +46,10 @@ func TestLoadRefusesBadScenarios(t *testing.T) {
 		{`{"duration":"1m",` + q + `,"periodic":{}}`, "periodic.schedules", "at least one schedule"},
 		{`{"duration":"1m",` + q + `,"periodic":{"processes":-1,"schedules":[{"name":"a","every":"1s"}]}}`, "periodic.processes", "within 1..64"},
 		{`{"duration":"1m",` + q + `,"periodic":{"refresh":"1h","schedules":[{"name":"a","every":"1s"}]}}`, "periodic.refresh", "within 1s..10m"},
-		{`{"duration":"1m",` + q + `,"periodic":{"queue":"jobs","schedules":[{"name":"a","every":"1s"}]}}`, "periodic.queue", "a work queue"},
+		{`{"duration":"1m",` + q + `,"periodic":{"queue":"jobs","schedules":[{"name":"a","every":"1s"}]}}`, "periodic.queue", "work queues"},
+		{`{"duration":"1m",` + q + `,"periodic":{"queue":"jobs.dead","schedules":[{"name":"a","every":"1s"}]}}`, "periodic.queue", "work queues"},
+		{`{"duration":"1m",` + q + `,"periodic":{"queue":"queuey.scheduler.sim","schedules":[{"name":"a","every":"1s"}]}}`, "periodic.queue", "election queue"},
+		{`{"duration":"1m","queues":[{"name":"queuey.scheduler.sim","arrivals":[{"process":"constant","rate":1}]}],"periodic":{"schedules":[{"name":"a","every":"1s"}]}}`, "periodic.queue", "election queue"},
 		{`{"duration":"1m",` + q + `,"periodic":{"queue":"amq.x","schedules":[{"name":"a","every":"1s"}]}}`, "periodic.queue", "reserved"},
 		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"every":"1s"}]}}`, "periodic.schedules[0].name", "1 to 200 bytes"},
 		{`{"duration":"1m",` + q + `,"periodic":{"schedules":[{"name":"a","every":"1s"},{"name":"a","every":"2s"}]}}`, "periodic.schedules[1].name", "used twice"},
@@ -92,5 +95,16 @@ func TestWithDefaultsWritesOutTheRetryPolicy(t *testing.T) {
 	s := Scenario{Duration: Duration(time.Minute), Queues: []Queue{{Arrivals: []Arrival{{Process: ArrivalConstant, Rate: 1}}}}}.WithDefaults()
 	if r := s.Queues[0].Retry; r.Base.D() != time.Second || r.Cap.D() != 5*time.Minute || r.MaxAttempts != 10 || r.Jitter != "full" {
 		t.Fatalf("retry defaults: %+v", r)
+	}
+}
+
+// A schedule's name must be UTF-8, as rabbitmq.NewScheduler requires: a
+// scenario built in Go can carry any bytes, which JSON cannot.
+func TestValidateRefusesAScheduleNameNotUTF8(t *testing.T) {
+	s := Scenario{Duration: Duration(time.Minute), Queues: []Queue{{Arrivals: []Arrival{{Process: ArrivalConstant, Rate: 1}}}},
+		Periodic: &Periodic{Schedules: []Schedule{{Name: "\xff", Every: Duration(time.Second)}}}}
+	var fe *FieldError
+	if err := s.Validate(); !errors.As(err, &fe) || fe.Field != "periodic.schedules[0].name" {
+		t.Fatalf("Validate: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/queuey/queuey/internal/consume"
+	"github.com/queuey/queuey/internal/schedcore"
 	"github.com/queuey/queuey/queuey"
 )
 
@@ -64,5 +65,6 @@ type Scheduler interface {
 
 // StepScheduler returns scheduler's (a *rabbitmq.Scheduler) shell, its
 // process named id in the tokens it publishes; wake(at) asks for a Time
-// event at at, replacing any earlier request.
-var StepScheduler func(scheduler any, id string, wake func(at time.Time)) Scheduler
+// event at at, replacing any earlier request. mut breaks its core on
+// purpose (tests only; schedcore.MutNone otherwise).
+var StepScheduler func(scheduler any, id string, wake func(at time.Time), mut schedcore.Mutation) Scheduler

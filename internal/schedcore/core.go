@@ -85,7 +85,21 @@ type Config struct {
 	// action that failed: a token's publish or acknowledgement, or one
 	// schedule's enqueue (the other schedules go on meanwhile).
 	RetryDelay time.Duration
+	// Mutate breaks the core on purpose, for the simulator's tests that
+	// prove a check fires. Production never sets it.
+	Mutate Mutation
 }
+
+// Mutation is a deliberate bug of the core's.
+type Mutation int
+
+const (
+	// MutNone is the core as it is.
+	MutNone Mutation = iota
+	// MutOfferOnce: a process that does not lead offers a token at its
+	// start only, so a group whose tokens are lost never elects again.
+	MutOfferOnce
+)
 
 // ActionKind says what an Action asks for.
 type ActionKind int
@@ -264,7 +278,7 @@ func (c *Core) decide(now time.Time) (Action, bool) {
 		return Action{}, false
 	}
 	if !c.leading {
-		if now.Before(c.refreshAt) {
+		if now.Before(c.refreshAt) || (c.cfg.Mutate == MutOfferOnce && c.seq > 0) {
 			return Action{}, false
 		}
 		return c.publish(nil), true
@@ -320,6 +334,9 @@ func (c *Core) wake(now time.Time) time.Time {
 		return c.retryAt
 	}
 	at := c.refreshAt
+	if c.cfg.Mutate == MutOfferOnce && !c.leading && c.seq > 0 {
+		at = now.Add(24 * time.Hour) // it offers no more
+	}
 	if c.leading && c.synced {
 		for i, s := range c.schedules {
 			due := s.Tick(now).Add(s.Every)
