@@ -165,9 +165,8 @@ type Backend struct {
 	closed   bool
 	declared map[string]queuey.QueueConfig // WithDefaults applied
 	// kept are the other queues the library declared through the
-	// backend (a Scheduler's election queue), with their arguments, for
-	// redeclare.
-	kept map[string]amqp.Table
+	// backend (a Scheduler's election queue), for redeclare.
+	kept map[string]*keptQueue
 	// ripe is when each declared work queue's ladder is old enough to hold
 	// jobs: HoldWarmup after this process first declared it.
 	ripe      map[string]time.Time

@@ -22,8 +22,12 @@ import (
 // redeclare declares every queue declared through the backend on conn, a
 // new connection, before it is in use: a queue that vanished with the
 // broker's restart (a transient one, or all of them after a node was
-// reset) is back before anything is published or consumed. A refusal ends
-// the supervision: another declaration of the queue exists.
+// reset) is back before anything is published or consumed. So are the
+// queues kept with keepDeclared (a scheduler's election queue). A refusal
+// ends the supervision: another declaration of the queue exists, and
+// going on with it could break what the queue's arguments promise (an
+// election queue re-created without single active consumer would let
+// every scheduler of the group lead).
 func (b *Backend) redeclare(conn Conn) error {
 	b.mu.Lock()
 	queues := make([]queuey.QueueConfig, 0, len(b.declared))
@@ -31,7 +35,10 @@ func (b *Backend) redeclare(conn Conn) error {
 		queues = append(queues, q)
 	}
 	kept := slices.Sorted(maps.Keys(b.kept))
-	args := maps.Clone(b.kept)
+	args := make(map[string]amqp.Table, len(kept))
+	for name, k := range b.kept {
+		args[name] = k.args
+	}
 	b.mu.Unlock()
 	slices.SortFunc(queues, func(x, y queuey.QueueConfig) int { return strings.Compare(x.Name, y.Name) })
 	for _, q := range queues {
@@ -44,35 +51,53 @@ func (b *Backend) redeclare(conn Conn) error {
 		if err != nil {
 			return err
 		}
-		// A refusal concerns that queue's user alone (a scheduler, whose
-		// consumer then fails to resume): it does not end the supervision
-		// of every producer and worker on the backend.
-		if _, err := ch.QueueDeclare(name, true, false, false, false, args[name]); err != nil {
-			b.logger.Warn("rabbitmq: declaring a queue again refused", "queue", name, "error", err)
-		}
+		_, err = ch.QueueDeclare(name, true, false, false, false, args[name])
 		_ = ch.Close()
+		if err != nil {
+			b.logger.Warn("rabbitmq: queue declaration refused", "queue", name, "error", err)
+			return fmt.Errorf("rabbitmq: declare queue %q: %w", name, err)
+		}
 	}
 	return nil
+}
+
+// keptQueue is a queue keepDeclared keeps: its arguments, and how many
+// users keep it.
+type keptQueue struct {
+	args  amqp.Table
+	users int
 }
 
 // keepDeclared records that queue, which is not a work queue, was
 // declared with args, so that redeclare declares it again after a
 // reconnection: a queue deleted meanwhile (by an operator, or with a
-// reset node) would otherwise leave its consumers unable to resume.
+// reset node) would otherwise leave its consumers unable to resume. Each
+// call is undone by one forgetDeclared.
 func (b *Backend) keepDeclared(queue string, args amqp.Table) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.kept == nil {
-		b.kept = map[string]amqp.Table{}
+		b.kept = map[string]*keptQueue{}
 	}
-	b.kept[queue] = args
+	k := b.kept[queue]
+	if k == nil {
+		k = &keptQueue{}
+		b.kept[queue] = k
+	}
+	k.args = args
+	k.users++
 }
 
-// forgetDeclared undoes keepDeclared, once nothing consumes queue.
+// forgetDeclared undoes one keepDeclared, once its user no longer consumes
+// queue; the queue is no longer declared again when no user keeps it.
 func (b *Backend) forgetDeclared(queue string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.kept, queue)
+	if k := b.kept[queue]; k != nil {
+		if k.users--; k.users <= 0 {
+			delete(b.kept, queue)
+		}
+	}
 }
 
 // Declare declares each queue (its defaults filled in by WithDefaults) and

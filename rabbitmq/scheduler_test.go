@@ -602,11 +602,13 @@ func TestSchedulerDeclaresItsElectionQueueAgainOnReconnection(t *testing.T) {
 	})
 }
 
-// The election queue is declared again on reconnection only while Run
-// runs; and a refusal to declare it again (it was re-created with other
-// arguments) is the scheduler's trouble, not the end of the backend's
-// supervision: its producer still enqueues.
-func TestSchedulerElectionQueueRedeclaredOnlyWhileRunning(t *testing.T) {
+// The election queue is declared again on reconnection while some Run of
+// its group runs on the backend, and no longer once every one has
+// returned. A refusal to declare it again (it was re-created with other
+// arguments, perhaps without single active consumer, which would let
+// every process lead) ends the backend's supervision, as a refused work
+// queue does: loudly, rather than with two leaders.
+func TestSchedulerElectionQueueRedeclaredWhileRunning(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ43})
 		net := &memNet{broker: broker}
@@ -616,14 +618,6 @@ func TestSchedulerElectionQueueRedeclaredOnlyWhileRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = b.Close() }()
-		producer, err := queuey.NewProducer(t.Context(), b, tickQueues, queuey.ProducerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sched, err := NewScheduler(b, producer, everyMinute, SchedulerOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		admin := func(f func(ch *membroker.Channel) error) {
 			t.Helper()
 			conn, err := broker.Dial()
@@ -639,6 +633,10 @@ func TestSchedulerElectionQueueRedeclaredOnlyWhileRunning(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		deleteIt := func(ch *membroker.Channel) error {
+			_, err := ch.QueueDelete("queuey.scheduler.default", false, false, false)
+			return err
+		}
 		cutAndRestore := func(meanwhile func()) {
 			t.Helper()
 			net.setDown(true)
@@ -648,42 +646,56 @@ func TestSchedulerElectionQueueRedeclaredOnlyWhileRunning(t *testing.T) {
 			net.setDown(false)
 			time.Sleep(time.Minute)
 			synctest.Wait()
-			if err := b.Ready(); err != nil {
-				t.Fatalf("the backend is not ready again: %v", err)
-			}
 		}
-
-		ctx, stop := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- sched.Run(ctx) }()
+		exists := func() bool { _, ok := broker.Queue("queuey.scheduler.default"); return ok }
+		run := func(s *Scheduler) (stop func() error) {
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			return func() error { cancel(); return <-done }
+		}
+		// Two schedulers of the group on the one backend: the queue is
+		// kept while either runs.
+		stopA := run(newTickScheduler(t, b, everyMinute))
+		stopB := run(newTickScheduler(t, b, everyMinute))
 		time.Sleep(90 * time.Second)
 		synctest.Wait()
-		// Re-created with other arguments while the process is cut off.
+		if err := stopA(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		cutAndRestore(func() { admin(deleteIt) })
+		if !exists() {
+			t.Fatal("the election queue was not declared again while a Run ran")
+		}
+		if err := stopB(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		cutAndRestore(func() { admin(deleteIt) })
+		if exists() {
+			t.Fatal("the election queue was declared again after every Run returned")
+		}
+		if err := b.Ready(); err != nil {
+			t.Fatalf("the backend is not ready: %v", err)
+		}
+
+		// Re-created without single active consumer while a Run runs.
+		stopC := run(newTickScheduler(t, b, everyMinute))
+		time.Sleep(90 * time.Second)
+		synctest.Wait()
 		cutAndRestore(func() {
 			admin(func(ch *membroker.Channel) error {
-				if _, err := ch.QueueDelete("queuey.scheduler.default", false, false, false); err != nil {
+				if err := deleteIt(ch); err != nil {
 					return err
 				}
 				_, err := ch.QueueDeclare("queuey.scheduler.default", true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
 				return err
 			})
 		})
-		if _, err := producer.Enqueue(t.Context(), tickJob{}); err != nil {
-			t.Fatalf("the producer no longer enqueues: %v", err)
+		if err := b.Ready(); err == nil || !strings.Contains(err.Error(), "queuey.scheduler.default") {
+			t.Fatalf("the backend carried on past a refused election queue: Ready() = %v", err)
 		}
-		stop()
-		if err := <-done; err != nil {
-			t.Logf("Run: %v", err)
-		}
-		// Once Run has returned, the backend declares it no more.
-		cutAndRestore(func() {
-			admin(func(ch *membroker.Channel) error {
-				_, err := ch.QueueDelete("queuey.scheduler.default", false, false, false)
-				return err
-			})
-		})
-		if _, ok := broker.Queue("queuey.scheduler.default"); ok {
-			t.Fatal("the election queue was declared again after Run returned")
+		if err := stopC(); err == nil {
+			t.Fatal("Run returned nil when its backend's supervision ended")
 		}
 	})
 }

@@ -75,8 +75,8 @@ type schedProc struct {
 	gen     uint64 // the subscription's generation, as the shell knows it
 	tags    int    // subscriptions so far, for consumer tags
 	pending int    // tokens the broker handed over and the shell has yet to take
-	// deliveries counts the tokens the broker handed over, for their
-	// latency draws; takeAt is when the last of them reaches the process.
+	// deliveries counts the process's latency draws (tokenLatency); takeAt
+	// is when the last token handed over reaches it.
 	deliveries uint64
 	takeAt     time.Duration
 	wake       *StoppableTimer
@@ -255,8 +255,7 @@ func (r *runner) pumpPeriodic() {
 	pe := r.per
 	for _, a := range pe.arrived {
 		p, tag := a.p, a.tag
-		p.deliveries++
-		lat := time.Duration(r.draw(uint64(p.idx)<<40|uint64(p.life)<<32|uint64(p.tags), p.deliveries, streamTokenLatency) * float64(r.s.Timing.Latency.D()))
+		lat := r.tokenLatency(p)
 		p.takeAt = max(p.takeAt, r.now()+lat)
 		take := func() {
 			if p.tag != tag || !p.up {
@@ -400,8 +399,7 @@ func (r *runner) schedLost(p *schedProc) {
 	// supervised consumer's goroutine. Meanwhile it may act, and must see
 	// for itself that its tokens' channel has closed.
 	gen, life := p.gen, p.life
-	p.deliveries++
-	lat := time.Duration(r.draw(uint64(p.idx)<<40|uint64(p.life)<<32|uint64(p.tags), p.deliveries, streamTokenLatency) * float64(r.s.Timing.Latency.D()))
+	lat := r.tokenLatency(p)
 	r.clk.AfterFunc(lat, func() {
 		if p.life == life && p.step != nil {
 			r.stepSched(p, func() { p.step.Lost(r.bg, gen) })
@@ -562,11 +560,12 @@ func (r *runner) checkTicks() *PeriodicResult {
 
 // checkGap is invariant 12 for the span with no leader that began at
 // from, up to to, while processes have been connected since
-// pe.upSince: within the Refresh some process leads again, since each
-// process that does not lead offers a token every Refresh (and tries
-// again a second after a failed offer), and the active consumer takes it
-// a token latency or two later. It is judged when a leader comes, when
-// the last process goes down, and at the end of the run.
+// pe.upSince: some process leads again within the Refresh, a second and
+// syncAllowance, since each process that does not lead offers a token
+// every Refresh, tries again a second after a failed offer, and may first
+// wait out a retry of its own (syncAllowance, which keeps the bound
+// generous). It is judged when a leader comes, when the last process goes
+// down, and at the end of the run.
 func (r *runner) checkGap(from, to time.Duration) {
 	pe := r.per
 	if pe.up == 0 {
@@ -585,7 +584,25 @@ func (r *runner) checkGap(from, to time.Duration) {
 // all, and its core may first wait out the second after an offer that
 // failed while it was cut off (schedulerRetryDelay).
 func (r *runner) syncAllowance() time.Duration {
-	return time.Second + 4*r.s.Timing.Latency.D()
+	return time.Second + 4*r.latency()
+}
+
+// latency is the most a token, or the news of a lost connection, takes to
+// reach a scheduler process: the scenario's Timing.Latency, none with
+// exact timing.
+func (r *runner) latency() time.Duration {
+	if r.s.Timing.Exact {
+		return 0
+	}
+	return r.s.Timing.Latency.D()
+}
+
+// tokenLatency draws how long p's next token, or the news of its lost
+// connection, takes to reach it: up to latency.
+func (r *runner) tokenLatency(p *schedProc) time.Duration {
+	p.deliveries++
+	u := r.draw(uint64(p.idx)<<40|uint64(p.life)<<32|uint64(p.tags), p.deliveries, streamTokenLatency)
+	return time.Duration(u * float64(r.latency()))
 }
 
 // PeriodicResult is what the scheduler group did (Scenario.Periodic).

@@ -105,15 +105,30 @@ func TestPeriodicLeaderlessSpanIsBounded(t *testing.T) {
 	t.Log(res.Violations[0].Detail)
 }
 
-// Two processes leading at once (the election queue declared without
-// single active consumer) enqueue ticks twice with no fault to explain
-// it: invariant 12 notices.
+// Processes leading at once (the election queue declared without single
+// active consumer) enqueue ticks twice with no fault to explain it:
+// invariant 12 notices, in 28 of 30 twenty-minute runs without faults (2
+// to 4 processes, seeds 1 to 10; in the other two one process happened to
+// do all the enqueueing, and nothing observable went wrong). The runs are
+// deterministic, so the count is too.
 func TestPeriodicWithoutSingleActiveConsumerFails(t *testing.T) {
-	s := periodicScenario(1)
-	s.Faults = nil
-	res, _ := run(t, s, Options{Sabotage: sabotage.SchedulerWithoutSAC})
-	if res.ViolationsByInvariant[int(invTicks)] == 0 {
-		t.Fatalf("no violation of invariant 12; periodic %+v", *res.Periodic)
+	caught := 0
+	var first Violation
+	for procs := 2; procs <= 4; procs++ {
+		for seed := range uint64(10) {
+			s := periodicScenario(seed + 1)
+			s.Faults = nil
+			s.Periodic.Processes = procs
+			res, _ := run(t, s, Options{Sabotage: sabotage.SchedulerWithoutSAC, NoExcerpts: caught > 0})
+			if res.ViolationsByInvariant[int(invTicks)] > 0 {
+				if caught++; caught == 1 {
+					first = res.Violations[0]
+				}
+			}
+		}
 	}
-	t.Logf("%d violations of invariant 12; first: %s", res.ViolationsByInvariant[int(invTicks)], res.Violations[0])
+	if caught < 28 {
+		t.Fatalf("invariant 12 caught the sabotage in %d of 30 runs, want 28", caught)
+	}
+	t.Logf("caught in %d of 30 runs; first: %s", caught, first)
 }
