@@ -71,8 +71,9 @@ func startSchedProcess(t *testing.T, b *membroker.Broker, jobs []PeriodicJob) *s
 	return p
 }
 
-// ticksOn reads the tick jobs' IDs off the queue, in order.
-func ticksOn(t *testing.T, b *membroker.Broker) []string {
+// onAdmin runs f on a channel of a connection of its own to b, as an
+// operator's tool would, and fails the test if f does.
+func onAdmin(t *testing.T, b *membroker.Broker, f func(ch *membroker.Channel) error) {
 	t.Helper()
 	conn, err := b.Dial()
 	if err != nil {
@@ -83,17 +84,25 @@ func ticksOn(t *testing.T, b *membroker.Broker) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for {
-		d, ok, err := ch.Get("queuey-ticks", true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			return ids
-		}
-		ids = append(ids, d.MessageId)
+	if err := f(ch); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// ticksOn reads the tick jobs' IDs off the queue, in order.
+func ticksOn(t *testing.T, b *membroker.Broker) []string {
+	t.Helper()
+	var ids []string
+	onAdmin(t, b, func(ch *membroker.Channel) error {
+		for {
+			d, ok, err := ch.Get("queuey-ticks", true)
+			if err != nil || !ok {
+				return err
+			}
+			ids = append(ids, d.MessageId)
+		}
+	})
+	return ids
 }
 
 var everyMinute = []PeriodicJob{{Name: "minutely", Every: time.Minute,
@@ -583,18 +592,10 @@ func TestSchedulerDeclaresItsElectionQueueAgainOnReconnection(t *testing.T) {
 			n.drop()
 		}
 		synctest.Wait()
-		admin, err := broker.Dial()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch, err := admin.Channel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ch.QueueDelete("queuey.scheduler.default", false, false, false); err != nil {
-			t.Fatal(err)
-		}
-		_ = admin.Close()
+		onAdmin(t, broker, func(ch *membroker.Channel) error {
+			_, err := ch.QueueDelete("queuey.scheduler.default", false, false, false)
+			return err
+		})
 		for _, n := range nets {
 			n.setDown(false)
 		}
@@ -618,21 +619,7 @@ func TestSchedulerElectionQueueRedeclaredWhileRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = b.Close() }()
-		admin := func(f func(ch *membroker.Channel) error) {
-			t.Helper()
-			conn, err := broker.Dial()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = conn.Close() }()
-			ch, err := conn.Channel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := f(ch); err != nil {
-				t.Fatal(err)
-			}
-		}
+		admin := func(f func(ch *membroker.Channel) error) { t.Helper(); onAdmin(t, broker, f) }
 		deleteIt := func(ch *membroker.Channel) error {
 			_, err := ch.QueueDelete("queuey.scheduler.default", false, false, false)
 			return err
