@@ -109,9 +109,10 @@ type Broker struct {
 	queued        int          // outputs held back in connections' out buffers
 	reap          bool         // a closed connection may still be in conns
 	deadLetters   []deadLetterInFlight
-	dlTargets     []*queue // the arena deadLetters' targets are cut from
-	routed        []*queue // Publish's scratch for its targets
-	fired         func()   // the timer callback, allocated once
+	dlSpare       []deadLetterInFlight // the other buffer landDeadLetters swaps with deadLetters
+	dlTargets     []*queue             // the arena deadLetters' targets are cut from
+	routed        []*queue             // Publish's scratch for its targets
+	fired         func()               // the timer callback, allocated once
 	observer      func(Event)
 	// consumerTimeout is Config.ConsumerTimeout with its default, 0 when
 	// disabled; tick is Config.ChannelTick with its default.

@@ -925,3 +925,41 @@ func TestQuorum40PurgeResetsPriorityCounter(t *testing.T) {
 		t.Fatalf("after a purge: %s, want %s", got, want)
 	}
 }
+
+// TestClassicDeadLettersLandBeforeQuorumOnes: one basic.nack with multiple
+// over deliveries of a quorum and a classic queue lands the classic queue's
+// dead letters first, whichever delivery tags come first: the quorum queue
+// publishes its own only after the Raft commit (docs/rabbitmq-semantics.md
+// §3.7; conformance scenario dead-letter-order-classic-before-quorum).
+func TestClassicDeadLettersLandBeforeQuorumOnes(t *testing.T) {
+	for _, v := range []Version{RabbitMQ40, RabbitMQ43} {
+		for _, quorumFirst := range []bool{true, false} {
+			e := newEnv(t, v)
+			dl := amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"}
+			e.declare("dead", nil)
+			qqDeclare(e, "qq", dl)
+			e.declare("cq", dl)
+			order := []string{"cq", "qq"}
+			if quorumFirst {
+				order = []string{"qq", "cq"}
+			}
+			for _, q := range order {
+				e.publish(q, "from-"+q, amqp.Publishing{})
+				e.publish(q, "again-"+q, amqp.Publishing{})
+			}
+			var last uint64
+			for _, q := range order {
+				for range 2 {
+					last = e.mustGet(q).DeliveryTag
+				}
+			}
+			if err := e.ch.Nack(last, true, false); err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(e.drain("dead"), " ")
+			if want := "from-cq again-cq from-qq again-qq"; got != want {
+				t.Errorf("%s, quorum delivered first %v: dead-letter queue holds %q, want %q", v, quorumFirst, got, want)
+			}
+		}
+	}
+}

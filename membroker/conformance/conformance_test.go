@@ -45,7 +45,7 @@ type tally struct {
 	handAgreed, handDiverged, handAllowed atomic.Int64
 	genAgreed, genDiverged                atomic.Int64
 	handLate, genLate                     atomic.Int64 // inconclusive: the live side fell behind its schedule
-	genRaced                              atomic.Int64 // inconclusive: traces differ after racing expiries
+	genRaced                              atomic.Int64 // inconclusive: traces differ after racing dead letters
 	broker                                string
 }
 
@@ -69,7 +69,7 @@ func TestMain(m *testing.M) {
 			against = "the live traces recorded in " + r.live + " (" + r.urlVar + " not set)"
 		}
 		fmt.Fprintf(&report, "conformance: %s profile against %s: %d hand-written scenarios agreed, %d diverged (%d allow-listed), %d inconclusive; "+
-			"%d generated sequences agreed, %d diverged, %d inconclusive (%d behind schedule, %d after racing expiries); %s\n",
+			"%d generated sequences agreed, %d diverged, %d inconclusive (%d behind schedule, %d after racing dead letters); %s\n",
 			r.version, against, c.handAgreed.Load(), c.handDiverged.Load(), c.handAllowed.Load(), c.handLate.Load(),
 			c.genAgreed.Load(), c.genDiverged.Load(), c.genLate.Load()+c.genRaced.Load(), c.genLate.Load(), c.genRaced.Load(),
 			time.Since(start).Round(time.Second))

@@ -19,9 +19,10 @@
 // Two kinds of run are inconclusive rather than a divergence, and are
 // counted apart in the report. A live run that fell more than MaxLate
 // behind its schedule may have seen a deadline pass that the model had not.
-// And a live broker runs each queue as a process with its own timers, so
-// when expired messages of two queues are dead-lettered into one queue at
-// the same virtual instant, the live broker lands them in either order
-// (Model.Raced); a generated sequence whose traces differ after such a race
-// says nothing about the model.
+// And a live broker runs each queue as a process of its own, so when two
+// queues dead-letter into one queue at the same virtual instant, by expiry
+// or by settlements of one kind of queue, the live broker lands them in
+// either order, and a quorum queue's after a classic queue's
+// (docs/rabbitmq-semantics.md §3.7, Model.Raced); a generated sequence whose
+// traces differ after such a race says nothing about the model.
 package conformance

@@ -8,17 +8,25 @@ import (
 	"github.com/queuey/queuey/membroker/conformance"
 )
 
-// TestModelFlagsRacingExpiries checks when the model reports that a live
-// broker may land dead letters in another order than it does: only when
-// expired messages of two different queues reach one queue at the same
-// virtual instant. The first case is the sequence, cut down, on which the
-// live 4.0.5 broker gave both orders from one run to the next.
-func TestModelFlagsRacingExpiries(t *testing.T) {
+// TestModelFlagsRacingDeadLetters checks when the model reports that a live
+// broker may land dead letters in another order than it does: when dead
+// letters of two different queues reach one queue at the same virtual
+// instant, expired, or out of two queues of a kind, or out of a quorum
+// queue before a classic one (semantics §3.7). The expiry cases are cut
+// down from sequences on which the live brokers gave both orders from one
+// run to the next.
+func TestModelFlagsRacingDeadLetters(t *testing.T) {
 	dlq := conformance.QueueSpec{Quorum: true, MessageTTL: 250, DeadLetter: true, DeadLetterKey: "dead"}
 	classic := conformance.QueueSpec{MessageTTL: 250, DeadLetter: true, DeadLetterKey: "dead"}
 	publish := func(q int) conformance.Op { return conformance.Op{Kind: conformance.OpPublish, Queue: q} }
 	wait := conformance.Op{Kind: conformance.OpWait}
 	ttlDead := conformance.QueueSpec{Quorum: true, MessageTTL: 250, DeadLetter: true, DeadLetterKey: "dead"}
+	get := func(q int) conformance.Op { return conformance.Op{Kind: conformance.OpGet, Queue: q} }
+	nack := func(pick int, multiple bool) conformance.Op {
+		return conformance.Op{Kind: conformance.OpNack, Channel: 1, Pick: pick, Multiple: multiple}
+	}
+	quorumDL := conformance.QueueSpec{Quorum: true, DeadLetter: true, DeadLetterKey: "dead"}
+	classicDL := conformance.QueueSpec{DeadLetter: true, DeadLetterKey: "dead"}
 	prio := func(p uint8) conformance.Op {
 		return conformance.Op{Kind: conformance.OpPublish, Queue: 0, Priority: p}
 	}
@@ -61,6 +69,37 @@ func TestModelFlagsRacingExpiries(t *testing.T) {
 		{"no dead-letter routing key: separate targets", membroker.RabbitMQ40, conformance.Sequence{
 			Queues: []conformance.QueueSpec{{Quorum: true, MessageTTL: 250, DeadLetter: true}, {Quorum: true, MessageTTL: 250, DeadLetter: true}},
 			Ops:    []conformance.Op{publish(0), publish(1), wait},
+		}, false},
+		// Rejections: the model lands what one nack dead-letters out of a
+		// classic queue before what it dead-letters out of a quorum
+		// queue, as the live brokers do every time.
+		{"one nack over a quorum and a classic queue", membroker.RabbitMQ40, conformance.Sequence{
+			Queues: []conformance.QueueSpec{quorumDL, classicDL},
+			Ops:    []conformance.Op{publish(0), publish(1), get(0), get(1), nack(1, true)},
+		}, false},
+		{"a quorum queue's nack, then a classic queue's, at one instant", membroker.RabbitMQ40, conformance.Sequence{
+			Queues: []conformance.QueueSpec{quorumDL, classicDL},
+			Ops:    []conformance.Op{publish(0), publish(1), get(0), get(1), nack(0, false), nack(0, false)},
+		}, true},
+		{"a classic queue's nack, then a quorum queue's", membroker.RabbitMQ43, conformance.Sequence{
+			Queues: []conformance.QueueSpec{classicDL, quorumDL},
+			Ops:    []conformance.Op{publish(0), publish(1), get(0), get(1), nack(0, false), nack(0, false)},
+		}, false},
+		{"one nack over two classic queues", membroker.RabbitMQ40, conformance.Sequence{
+			Queues: []conformance.QueueSpec{classicDL, classicDL},
+			Ops:    []conformance.Op{publish(0), publish(1), get(0), get(1), nack(1, true)},
+		}, true},
+		{"two quorum queues' nacks", membroker.RabbitMQ43, conformance.Sequence{
+			Queues: []conformance.QueueSpec{quorumDL, quorumDL},
+			Ops:    []conformance.Op{publish(0), publish(1), get(0), get(1), nack(0, false), nack(0, false)},
+		}, true},
+		{"nacks a wait apart", membroker.RabbitMQ40, conformance.Sequence{
+			Queues: []conformance.QueueSpec{quorumDL, classicDL},
+			Ops:    []conformance.Op{publish(0), publish(1), get(0), get(1), nack(0, false), wait, nack(0, false)},
+		}, false},
+		{"one queue's nacks", membroker.RabbitMQ40, conformance.Sequence{
+			Queues: []conformance.QueueSpec{quorumDL, classicDL},
+			Ops:    []conformance.Op{publish(0), publish(0), get(0), get(0), nack(0, false), nack(0, false)},
 		}, false},
 		{"one expired, one never dead-lettered", membroker.RabbitMQ40, conformance.Sequence{
 			Queues: []conformance.QueueSpec{dlq, {Quorum: true, DeadLetter: true, DeadLetterKey: "dead"}},

@@ -561,5 +561,30 @@ func init() {
 				r.Passive(ch, dlq)
 			},
 		},
+		{
+			Name: "dead-letter-order-classic-before-quorum",
+			Cite: "§3.7: one basic.nack with multiple over deliveries of a quorum queue (the lower tags) and a " +
+				"classic queue: the classic queue publishes its dead letters while it handles the nack, the " +
+				"quorum queue only after the Raft commit (rabbit_quorum_queue:dead_letter_publish as a Ra effect), " +
+				"so the classic queue's land first",
+			Run: func(r *Run) {
+				_, ch := setup(r)
+				qq, cq, dead := r.Q("dlorder-qq"), r.Q("dlorder-cq"), r.Q("dlorder-dead")
+				r.Declare(ch, dead, true, false, false, nil)
+				quorum(r, ch, qq, clsDLTo(dead, nil))
+				r.Declare(ch, cq, true, false, false, clsDLTo(dead, nil))
+				publishN(r, ch, qq, "q", 2, pub{})
+				publishN(r, ch, cq, "c", 2, pub{})
+				var last uint64
+				for _, q := range []string{qq, qq, cq, cq} {
+					if d, ok := r.Get(ch, q, false); ok {
+						last = d.DeliveryTag
+					}
+				}
+				r.Nack(ch, last, true, false)
+				r.Wait(settle)
+				clsDrain(r, ch, dead, 4)
+			},
+		},
 	}
 }
