@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -164,7 +165,7 @@ type Model struct {
 
 	version membroker.Version
 	landed  map[string]landing // per queue, the last dead letter that reached it
-	raced   bool
+	raced   atomic.Bool        // set by observe, under the broker's lock, maybe on the mock clock's goroutine
 
 	mu     sync.Mutex      // guards quorum: declarations and timers run on different goroutines
 	quorum map[string]bool // the quorum queues declared through a Run
@@ -208,11 +209,15 @@ func NewTimedModel(v membroker.Version, t membroker.Timing) *Model {
 //   - both set off by operations, out of two classic or two quorum queues:
 //     mostly in the order of the operations, but not always (3 and 10 runs
 //     in 40 reversed on 4.0.5);
-//   - set off by operations, out of a classic and a quorum queue: the
-//     classic queue's first, always (40 of 40, whichever was settled
-//     first). The model does that within one operation (a nack with
-//     multiple over both); across two operations at one instant it lands
-//     the quorum queue's first when that was settled first, and flags it.
+//   - set off by one operation (a nack with multiple) out of a classic and
+//     a quorum queue: the classic queue's first, always (40 of 40,
+//     whichever delivery came first), as the model does;
+//   - set off by two operations, a quorum queue's then a classic queue's:
+//     sent back to back, the classic queue's lands first, always. A Run
+//     waits for each settlement's effects to settle (Run.Nack quiesces)
+//     before the next operation, so the quorum queue's, settled first,
+//     usually lands first, as the model has it; but nothing makes it, and
+//     the model flags it.
 //
 // On RabbitMQ43 the same holds for expired messages of one queue at
 // different priorities landing at one instant: a 4.3 quorum queue expires
@@ -224,7 +229,7 @@ func NewTimedModel(v membroker.Version, t membroker.Timing) *Model {
 //
 // A sequence whose traces differ after such a race is inconclusive, not a
 // divergence.
-func (m *Model) Raced() bool { return m.raced }
+func (m *Model) Raced() bool { return m.raced.Load() }
 
 // declaredQuorum records that the queue name was declared as a quorum queue.
 func (m *Model) declaredQuorum(name string) {
@@ -250,13 +255,13 @@ func (m *Model) observe(ev membroker.Event) {
 	if prev, ok := m.landed[ev.Queue]; ok && prev.at.Equal(l.at) {
 		switch {
 		case prev.from != l.from && (prev.timed || l.timed):
-			m.raced = true
+			m.raced.Store(true)
 		case prev.from != l.from && (prev.quorum == l.quorum || prev.quorum):
 			// Two of a kind, or a quorum queue's before a classic
 			// queue's: live, the classic queue's lands first.
-			m.raced = true
+			m.raced.Store(true)
 		case m.version == membroker.RabbitMQ43 && prev.from == l.from && prev.timed && l.timed && prev.priority != l.priority:
-			m.raced = true
+			m.raced.Store(true)
 		}
 	}
 	m.landed[ev.Queue] = l
