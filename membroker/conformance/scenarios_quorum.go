@@ -582,7 +582,9 @@ func init() {
 					}
 				}
 				r.Nack(ch, last, true, false)
-				r.Wait(settle)
+				// Waits count from the first Dial: the declarations and
+				// the gets take most of settle, so wait past both.
+				r.Wait(declared + settle)
 				clsDrain(r, ch, dead, 4)
 			},
 		},
