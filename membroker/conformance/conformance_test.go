@@ -1,18 +1,21 @@
 package conformance_test
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/membroker/conformance"
 	"github.com/queuey/queuey/sim"
@@ -49,8 +52,19 @@ type tally struct {
 	broker                                string
 }
 
+// liveParallel is how many hand-written scenarios run at once on the live
+// brokers unless -test.parallel says otherwise. A scenario spends nearly all
+// its time waiting on TTLs (the slowest waits out 4.0's 60 s channel tick),
+// so its waits overlap well: at the default of GOMAXPROCS, the suite took
+// 345 s with both brokers up; see docs/conformance.md for the figures at
+// this setting.
+const liveParallel = 48
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if !flagSet("test.parallel") {
+		_ = flag.Set("test.parallel", strconv.Itoa(liveParallel))
+	}
 	for _, r := range releases {
 		if url := r.url(); url != "" {
 			if c, err := amqp.Dial(url); err == nil {
@@ -84,6 +98,13 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// flagSet reports whether the named flag was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // uniquePrefix keeps runs on a shared live broker apart.
@@ -149,15 +170,24 @@ func runLive(url string, fn func(*conformance.Run), expect []int) (trace []strin
 // requires equal traces. Without the live broker the model's trace is
 // compared with the live trace recorded for the release, so the comparison
 // with real RabbitMQ behaviour holds without a broker too.
+//
+// Every scenario works on queues of its own (Run.Q) and changes nothing
+// broker-wide: the consumer timeouts are queue and consumer arguments, and
+// no scenario restarts the broker. So all of them, on both releases, run in
+// parallel, liveParallel at a time, the longest on the model's clock
+// started first, so that the 62 s consumer-timeout scenarios overlap the
+// rest instead of trailing them.
 func TestHandWritten(t *testing.T) {
 	allowed := allowList(t)
+	scenarios := longestFirst(conformance.All())
 	for _, rel := range releases {
 		t.Run(rel.name, func(t *testing.T) {
+			t.Parallel()
 			url := rel.url()
 			if url == "" {
 				t.Logf("%s not set: skipping the live half for %s; comparing the model with recorded live traces", rel.urlVar, rel.name)
 			}
-			for _, sc := range conformance.All() {
+			for _, sc := range scenarios {
 				t.Run(sc.Name, func(t *testing.T) {
 					t.Parallel()
 					handWritten(t, rel, url, sc, allowed)
@@ -165,6 +195,22 @@ func TestHandWritten(t *testing.T) {
 			}
 		})
 	}
+}
+
+// longestFirst orders scenarios by how long they take on the model's
+// clock, which is how long they wait on a live broker, longest first (and
+// by name among equals).
+func longestFirst(all []conformance.Scenario) []conformance.Scenario {
+	took := map[string]time.Duration{}
+	for _, sc := range all {
+		m := conformance.NewModel(membroker.RabbitMQ40)
+		start := m.Clk.Now()
+		_, _ = conformance.NewRun(m, "cf-model-").Execute(sc.Run)
+		took[sc.Name] = m.Clk.Now().Sub(start)
+	}
+	out := slices.Clone(all)
+	slices.SortStableFunc(out, func(a, b conformance.Scenario) int { return cmp.Compare(took[b.Name], took[a.Name]) })
+	return out
 }
 
 func handWritten(t *testing.T, rel release, url string, sc conformance.Scenario, allowed map[string]string) {
@@ -193,7 +239,7 @@ func handWritten(t *testing.T, rel release, url string, sc conformance.Scenario,
 	if want == nil {
 		t.Fatalf("no live trace for %s on %s: run with %s set and -update", sc.Name, rel.name, rel.urlVar)
 	}
-	if diff := cmp.Diff(want, model); diff != "" {
+	if diff := gocmp.Diff(want, model); diff != "" {
 		if why, ok := allowed[rel.name+"/"+sc.Name]; ok {
 			c.handAllowed.Add(1)
 			t.Logf("allow-listed divergence (%s):\n%s", why, diff)
@@ -229,7 +275,7 @@ func TestHandWrittenWithSimulatorTiming(t *testing.T) {
 					if err != nil {
 						t.Fatalf("model: %v", err)
 					}
-					if diff := cmp.Diff(want, model); diff != "" {
+					if diff := gocmp.Diff(want, model); diff != "" {
 						t.Fatalf("scenario %s (%s), timing seed %d: the %s model with the simulator's timing differs from the recorded live trace (-live +model):\n%s", sc.Name, sc.Cite, seed, rel.version, diff)
 					}
 				}

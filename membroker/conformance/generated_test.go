@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,23 +13,35 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/queuey/queuey/membroker/conformance"
 	"pgregory.net/rapid"
 )
 
-// minGenerated is how many generated sequences a run checks against the
+// minGenerated is how many generated sequences a run checks against each
 // live broker unless -rapid.checks says otherwise.
 const minGenerated = 200
 
-// generatedChecks raises rapid's default of 100 checks to minGenerated,
-// unless -rapid.checks was given.
-func generatedChecks() {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
-	if !set {
-		_ = flag.Set("rapid.checks", strconv.Itoa(minGenerated))
+// generatedShards is how many rapid checks share a release's sequences,
+// each drawing from a seed of its own, all at once: a sequence spends most
+// of its time waiting for TTLs and for the live broker to settle, so the
+// shards' waits overlap (docs/conformance.md has the figures). With
+// -rapid.seed, one shard replays that seed.
+const generatedShards = 8
+
+// generatedChecks sets -rapid.checks to each shard's share of the
+// sequences, minGenerated in all unless -rapid.checks was given, and
+// returns the number of shards.
+func generatedChecks() int {
+	total, shards := minGenerated, generatedShards
+	if flagSet("rapid.checks") {
+		total, _ = strconv.Atoi(flag.Lookup("rapid.checks").Value.String())
 	}
+	if flagSet("rapid.seed") {
+		shards = 1
+	}
+	_ = flag.Set("rapid.checks", strconv.Itoa(max(1, (total+shards-1)/shards)))
+	return shards
 }
 
 // fataler is what playBoth needs of *testing.T and *rapid.T.
@@ -59,21 +72,32 @@ func playBoth(t fataler, rel release, url string, s conformance.Sequence) (live,
 // random valid argument set, publish with random properties, get, consume
 // with prefetch, ack, nack, reject, cancel, close, wait, purge), for each
 // release whose live broker is set, on that broker and on the release's
-// model, and requires equal traces. A failing sequence is shrunk by rapid
-// and saved with its live trace under the release's regressions.
+// model, and requires equal traces. Both releases, and generatedShards
+// shards of each, run at once. A failing sequence is shrunk by rapid and
+// saved with its live trace under the release's regressions.
 func TestGenerated(t *testing.T) {
+	shards := generatedChecks()
 	for _, rel := range releases {
-		t.Run(rel.name, func(t *testing.T) { generated(t, rel) })
+		t.Run(rel.name, func(t *testing.T) {
+			t.Parallel()
+			url := rel.url()
+			if url == "" {
+				t.Skipf("%s not set: generated sequences need a live %s broker (the saved regressions still run in TestRegressions)", rel.urlVar, rel.name)
+			}
+			for i := range shards {
+				t.Run(fmt.Sprintf("shard=%d", i+1), func(t *testing.T) {
+					t.Parallel()
+					generated(t, rel, url)
+				})
+			}
+		})
 	}
 }
 
-func generated(t *testing.T, rel release) {
-	url := rel.url()
-	if url == "" {
-		t.Skipf("%s not set: generated sequences need a live %s broker (the saved regressions still run in TestRegressions)", rel.urlVar, rel.name)
-	}
+// generated is one shard of TestGenerated: a rapid check of as many
+// sequences as -rapid.checks says.
+func generated(t *testing.T, rel release, url string) {
 	c := rel.tally
-	generatedChecks()
 	// rapid runs the property again and again while it shrinks a failure;
 	// the last failing call is the smallest sequence, and that one is kept.
 	var last *conformance.Sequence
@@ -91,7 +115,7 @@ func generated(t *testing.T, rel release) {
 			c.genLate.Add(1)
 			return // inconclusive, counted in the report
 		}
-		diff := cmp.Diff(live, model)
+		diff := gocmp.Diff(live, model)
 		if diff != "" && raced {
 			if shrinking {
 				return
@@ -137,7 +161,10 @@ func saveRegression(t *testing.T, rel release, s conformance.Sequence, live []st
 // broker when the release's URL is set.
 func TestRegressions(t *testing.T) {
 	for _, rel := range releases {
-		t.Run(rel.name, func(t *testing.T) { regressions(t, rel) })
+		t.Run(rel.name, func(t *testing.T) {
+			t.Parallel()
+			regressions(t, rel)
+		})
 	}
 }
 
@@ -148,6 +175,7 @@ func regressions(t *testing.T, rel release) {
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			data, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)
@@ -176,7 +204,7 @@ func regressions(t *testing.T, rel release) {
 				}
 				raced = m.Raced()
 			}
-			diff := cmp.Diff(want, model)
+			diff := gocmp.Diff(want, model)
 			if diff != "" && raced {
 				t.Skipf("inconclusive: dead letters raced (the live order is not fixed; Model.Raced):\n%s", diff)
 			}
