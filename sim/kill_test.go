@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -37,26 +39,37 @@ func liveFaultWorkload(seed uint64, kind string) Scenario {
 // neither loses anything. Live, the same workload lost jobs in 4 of 20
 // kills and 2 of 20 restarts.
 func TestRestartAndKillLoseWhatLiveLoses(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
 	lost := map[string]int{}
-	for seed := range uint64(10) {
-		for _, kind := range []string{FaultKill, FaultRestart} {
-			for _, exact := range []bool{false, true} {
-				s := liveFaultWorkload(seed+1, kind)
-				s.Topology.HoldType = "classic"
-				s.Timing.Exact = exact
-				res, _ := run(t, s, Options{})
-				requireNoViolations(t, res)
-				if res.Jobs.InFlight != 0 {
-					t.Errorf("seed %d, %s: %d jobs in flight at the end", seed+1, kind, res.Jobs.InFlight)
+	// Forty runs of their own each, at once: under the race detector this
+	// test takes minutes run by run.
+	t.Run("runs", func(t *testing.T) {
+		for seed := range uint64(10) {
+			for _, kind := range []string{FaultKill, FaultRestart} {
+				for _, exact := range []bool{false, true} {
+					t.Run(fmt.Sprintf("seed=%d/%s/exact=%t", seed+1, kind, exact), func(t *testing.T) {
+						t.Parallel()
+						s := liveFaultWorkload(seed+1, kind)
+						s.Topology.HoldType = "classic"
+						s.Timing.Exact = exact
+						res, _ := run(t, s, Options{})
+						requireNoViolations(t, res)
+						if res.Jobs.InFlight != 0 {
+							t.Errorf("seed %d, %s: %d jobs in flight at the end", seed+1, kind, res.Jobs.InFlight)
+						}
+						key := kind
+						if exact {
+							key = "exact " + kind
+						}
+						mu.Lock()
+						lost[key] += res.Jobs.Lost
+						mu.Unlock()
+					})
 				}
-				key := kind
-				if exact {
-					key = "exact " + kind
-				}
-				lost[key] += res.Jobs.Lost
 			}
 		}
-	}
+	})
 	t.Logf("lost in 10 runs: %v", lost)
 	if lost[FaultKill] == 0 || lost[FaultRestart] == 0 {
 		t.Error("ten kills or ten restarts lost no job: the model is exact where RabbitMQ is not")
@@ -72,17 +85,21 @@ func TestRestartAndKillLoseWhatLiveLoses(t *testing.T) {
 // with holds on every rung. Its rungs release at least once, and no hold enters a rung before
 // the warm-up (rabbitmq.Topology.HoldWarmup) is over.
 func TestLadderLosesNothing(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(5) {
 		for _, kind := range []string{FaultKill, FaultRestart} {
 			for _, at := range []time.Duration{500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 8 * time.Second} {
-				s := liveFaultWorkload(seed+1, kind)
-				s.Topology.Fresh = true // the workers create the ladder: the hard case
-				s.Faults[0].At = dur(at)
-				res, _ := run(t, s, Options{})
-				requireNoViolations(t, res)
-				if res.Jobs.Lost != 0 || res.Jobs.InFlight != 0 {
-					t.Errorf("seed %d, %s at %s: jobs %+v", seed+1, kind, at, res.Jobs)
-				}
+				t.Run(fmt.Sprintf("seed=%d/%s/at=%s", seed+1, kind, at), func(t *testing.T) {
+					t.Parallel()
+					s := liveFaultWorkload(seed+1, kind)
+					s.Topology.Fresh = true // the workers create the ladder: the hard case
+					s.Faults[0].At = dur(at)
+					res, _ := run(t, s, Options{})
+					requireNoViolations(t, res)
+					if res.Jobs.Lost != 0 || res.Jobs.InFlight != 0 {
+						t.Errorf("seed %d, %s at %s: jobs %+v", seed+1, kind, at, res.Jobs)
+					}
+				})
 			}
 		}
 	}
