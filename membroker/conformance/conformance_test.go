@@ -56,7 +56,7 @@ type tally struct {
 // brokers unless -test.parallel says otherwise. A scenario spends nearly all
 // its time waiting on TTLs (the slowest waits out 4.0's 60 s channel tick),
 // so its waits overlap well: at the default of GOMAXPROCS, the suite took
-// 345 s with both brokers up; see docs/conformance.md for the figures at
+// 345 s with both brokers up; docs/membroker.md has the figures at
 // this setting.
 const liveParallel = 48
 
