@@ -55,10 +55,11 @@ type tally struct {
 // liveParallel is how many hand-written scenarios run at once on the live
 // brokers unless -test.parallel says otherwise. A scenario spends nearly all
 // its time waiting on TTLs (the slowest waits out 4.0's 60 s channel tick),
-// so its waits overlap well: at the default of GOMAXPROCS, the suite took
-// 345 s with both brokers up; docs/membroker.md has the figures at
-// this setting.
-const liveParallel = 48
+// so their waits overlap; but each one running adds to the brokers' load,
+// and a loaded broker's timers run late, which the suite sees as runs
+// behind schedule (inconclusive) or, where only the broker was late, as a
+// divergence. docs/membroker.md has the figures that chose this setting.
+const liveParallel = 16
 
 func TestMain(m *testing.M) {
 	flag.Parse()

@@ -325,6 +325,7 @@ type Run struct {
 	// was recorded; quiet is set during one.
 	observed time.Time
 	quiet    bool
+	obs      *amqp.Connection // a live run's observer connection
 }
 
 type chanState struct {
@@ -407,6 +408,9 @@ func (r *Run) Execute(fn func(*Run)) (trace []string, err error) {
 		}
 		for _, c := range r.conns {
 			_ = c.Close()
+		}
+		if r.obs != nil {
+			_ = r.obs.Close()
 		}
 		r.target.Cleanup(r.queues)
 		trace, err = r.Trace(), r.fatal
@@ -537,23 +541,38 @@ func (r *Run) Purge(ch Channel, name string) {
 	r.Logf("purge %s: messages=%d", name, n)
 }
 
+// observer is the live run's own connection for reading queue counts
+// (settleStats, Quiesce), dialled on first use and again if it closed; nil
+// if the broker cannot be reached. One connection a run, not one a read:
+// with the scenarios running at once, a dial per settlement kept both
+// brokers busy accepting connections, and their timers ran late.
+func (r *Run) observer(live *Live) *amqp.Connection {
+	if r.obs == nil || r.obs.IsClosed() {
+		c, err := amqp.Dial(live.URL)
+		if err != nil {
+			return nil
+		}
+		r.obs = c
+	}
+	return r.obs
+}
+
 // settleStats waits until a live quorum queue's counts are current. RabbitMQ
 // answers a quorum queue's declare-ok, passive declare and delete counts
 // with ra:local_query on the applied state (rabbit_fifo_client:stat), so an
 // ack or return sent just before may not show yet. Reading the counts has no
 // side effect on a quorum queue (it does not renew x-expires), so this reads
-// them on a separate connection until two reads 20 ms apart agree. Classic
+// them on the run's observer connection until two reads 20 ms apart agree. Classic
 // queues answer in order and need nothing.
 func (r *Run) settleStats(name string) {
 	live, ok := r.target.(*Live)
 	if !ok || !r.quorum[name] {
 		return
 	}
-	c, err := amqp.Dial(live.URL)
-	if err != nil {
+	c := r.observer(live)
+	if c == nil {
 		return
 	}
-	defer c.Close()
 	read := func() (amqp.Queue, bool) {
 		ch, err := c.Channel()
 		if err != nil {
@@ -586,11 +605,10 @@ func (r *Run) Quiesce() {
 	if !ok {
 		return
 	}
-	c, err := amqp.Dial(live.URL)
-	if err != nil {
+	c := r.observer(live)
+	if c == nil {
 		return
 	}
-	defer c.Close()
 	snapshot := func() string {
 		var b strings.Builder
 		for _, name := range r.queues {
