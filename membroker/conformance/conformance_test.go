@@ -52,20 +52,37 @@ type tally struct {
 	broker                                string
 }
 
-// liveParallel is how many hand-written scenarios run at once on the live
-// brokers unless -test.parallel says otherwise. A scenario spends nearly all
-// its time waiting on TTLs (the slowest waits out 4.0's 60 s channel tick),
-// so their waits overlap; but each one running adds to the brokers' load,
-// and a loaded broker's timers run late, which the suite sees as runs
-// behind schedule (inconclusive) or, where only the broker was late, as a
+// liveParallel is how many runs (hand-written scenarios and generated
+// sequences, both releases together) are on the live brokers at once
+// unless -test.parallel says otherwise. A run spends nearly all its time
+// waiting on TTLs (the slowest waits out 4.0's 60 s channel tick), so their
+// waits overlap; but each one running adds to the brokers' load, and a
+// loaded broker's timers run late, which the suite sees as runs behind
+// schedule (inconclusive) or, where only the broker was late, as a
 // divergence. docs/membroker.md has the figures that chose this setting.
 const liveParallel = 16
 
+// liveSlots hands out the liveParallel slots (see slots). TestMain sizes it.
+var liveSlots *slots
+
+// Ranks in liveSlots' queue: a hand-written scenario's is its place in
+// longestFirst's order; every generated sequence and regression comes
+// after them.
+const laterRank = 1 << 20
+
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if !flagSet("test.parallel") {
-		_ = flag.Set("test.parallel", strconv.Itoa(liveParallel))
+	// The live runs are bounded by liveSlots, not by -test.parallel:
+	// every run waits its turn there, ranked, so that go test's own limit
+	// is set above the number of tests, and only a -test.parallel given
+	// on the command line sizes the slots.
+	n := liveParallel
+	if flagSet("test.parallel") {
+		n, _ = strconv.Atoi(flag.Lookup("test.parallel").Value.String())
+	} else {
+		_ = flag.Set("test.parallel", "4096")
 	}
+	liveSlots = newSlots(max(1, n))
 	for _, r := range releases {
 		if url := r.url(); url != "" {
 			if c, err := amqp.Dial(url); err == nil {
@@ -145,21 +162,24 @@ func runOn(target conformance.Target, prefix string, fn func(*conformance.Run)) 
 // again before it is called inconclusive.
 const liveTries = 3
 
-// runLive runs fn on the live broker, with the model's delivery counts as
+// runLive runs fn on the live broker once one of liveSlots is free
+// (rank orders the waiting runs), with the model's delivery counts as
 // expectations when given. A run that fell more than conformance.MaxLate
 // behind its schedule cannot be compared (its deadlines moved relative to
 // its observations) and is tried again; onTime is false if every try was
-// late.
-func runLive(url string, fn func(*conformance.Run), expect []int) (trace []string, late time.Duration, onTime bool, err error) {
+// late. Lateness does not matter to a run that set no deadline, or that
+// was over before its shortest deadline could pass.
+func runLive(url string, rank int, fn func(*conformance.Run), expect []int) (trace []string, late time.Duration, onTime bool, err error) {
+	defer liveSlots.acquire(rank)()
 	for range liveTries {
-		live := &conformance.Live{URL: url}
-		run := conformance.NewRun(live, uniquePrefix())
+		target := &conformance.Live{URL: url}
+		run := conformance.NewRun(target, uniquePrefix())
 		if expect != nil {
 			run.Expect(expect)
 		}
 		trace, err = run.Execute(fn)
-		late = live.Late()
-		if err != nil || !run.Timed() || late <= conformance.MaxLate {
+		late = target.Late()
+		if err != nil || !run.Timed() || late <= conformance.MaxLate || target.Span() < run.Shortest() {
 			return trace, late, true, err
 		}
 	}
@@ -175,26 +195,25 @@ func runLive(url string, fn func(*conformance.Run), expect []int) (trace []strin
 // Every scenario works on queues of its own (Run.Q) and changes nothing
 // broker-wide: the consumer timeouts are queue and consumer arguments, and
 // no scenario restarts the broker. So all of them, on both releases, run in
-// parallel, liveParallel at a time, the longest on the model's clock
-// started first, so that the 62 s consumer-timeout scenarios overlap the
-// rest instead of trailing them.
+// parallel, liveParallel at a time together with TestGenerated's
+// sequences, the longest on the model's clock started first, so that the
+// 62 s consumer-timeout scenarios overlap the rest instead of trailing
+// them.
 func TestHandWritten(t *testing.T) {
+	t.Parallel()
 	allowed := allowList(t)
-	scenarios := longestFirst(conformance.All())
 	for _, rel := range releases {
-		t.Run(rel.name, func(t *testing.T) {
-			t.Parallel()
-			url := rel.url()
-			if url == "" {
-				t.Logf("%s not set: skipping the live half for %s; comparing the model with recorded live traces", rel.urlVar, rel.name)
-			}
-			for _, sc := range scenarios {
-				t.Run(sc.Name, func(t *testing.T) {
-					t.Parallel()
-					handWritten(t, rel, url, sc, allowed)
-				})
-			}
-		})
+		if rel.url() == "" {
+			t.Logf("%s not set: skipping the live half for %s; comparing the model with recorded live traces", rel.urlVar, rel.name)
+		}
+	}
+	for i, sc := range longestFirst(conformance.All()) {
+		for j, rel := range releases {
+			t.Run(rel.name+"/"+sc.Name, func(t *testing.T) {
+				t.Parallel()
+				handWritten(t, rel, i*len(releases)+j, sc, allowed)
+			})
+		}
 	}
 }
 
@@ -214,7 +233,7 @@ func longestFirst(all []conformance.Scenario) []conformance.Scenario {
 	return out
 }
 
-func handWritten(t *testing.T, rel release, url string, sc conformance.Scenario, allowed map[string]string) {
+func handWritten(t *testing.T, rel release, rank int, sc conformance.Scenario, allowed map[string]string) {
 	c := rel.tally
 	model, err := runOn(conformance.NewModel(rel.version), "cf-model-", sc.Run)
 	if err != nil {
@@ -222,8 +241,8 @@ func handWritten(t *testing.T, rel release, url string, sc conformance.Scenario,
 	}
 	golden := filepath.Join(rel.live, sc.Name+".trace")
 	want, reference := readTrace(t, golden), "recorded live trace "+golden
-	if url != "" {
-		live, late, onTime, err := runLive(url, sc.Run, nil)
+	if url := rel.url(); url != "" {
+		live, late, onTime, err := runLive(url, rank, sc.Run, nil)
 		if err != nil {
 			t.Fatalf("live: %v", err)
 		}
@@ -262,6 +281,7 @@ func handWritten(t *testing.T, rel release, url string, sc conformance.Scenario,
 // quorum queue's deletion by up to 5 s, which the hand-written scenarios,
 // timed to the exact model, do not wait for.
 func TestHandWrittenWithSimulatorTiming(t *testing.T) {
+	t.Parallel()
 	for _, rel := range releases {
 		for _, sc := range conformance.All() {
 			want := readTrace(t, filepath.Join(rel.live, sc.Name+".trace"))

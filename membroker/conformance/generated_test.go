@@ -25,10 +25,11 @@ const minGenerated = 200
 // generatedShards is how many rapid checks share a release's sequences,
 // each drawing from a seed of its own, all at once: a sequence spends most
 // of its time waiting for TTLs and for the live broker to settle, so the
-// shards' waits overlap, at the price of the load that liveParallel weighs
-// (docs/membroker.md has the figures). With -rapid.seed, one shard replays
-// that seed.
-const generatedShards = 6
+// shards' waits overlap. Their live runs queue for liveSlots behind the
+// hand-written scenarios; two releases' shards are enough to fill every
+// slot once those have started. With -rapid.seed, one shard replays that
+// seed.
+const generatedShards = liveParallel / 2
 
 // generatedChecks sets -rapid.checks to each shard's share of the
 // sequences, minGenerated in all unless -rapid.checks was given, and
@@ -62,7 +63,7 @@ func playBoth(t fataler, rel release, url string, s conformance.Sequence) (live,
 	if err != nil {
 		t.Fatalf("model: %v", err)
 	}
-	live, _, onTime, err = runLive(url, s.Play, mrun.Counts())
+	live, _, onTime, err = runLive(url, laterRank, s.Play, mrun.Counts())
 	if err != nil {
 		t.Fatalf("live: %v", err)
 	}
@@ -77,6 +78,7 @@ func playBoth(t fataler, rel release, url string, s conformance.Sequence) (live,
 // shards of each, run at once. A failing sequence is shrunk by rapid and
 // saved with its live trace under the release's regressions.
 func TestGenerated(t *testing.T) {
+	t.Parallel()
 	shards := generatedChecks()
 	for _, rel := range releases {
 		t.Run(rel.name, func(t *testing.T) {
@@ -161,6 +163,7 @@ func saveRegression(t *testing.T, rel release, s conformance.Sequence, live []st
 // model and compares it with its recorded live trace, and with the live
 // broker when the release's URL is set.
 func TestRegressions(t *testing.T) {
+	t.Parallel()
 	for _, rel := range releases {
 		t.Run(rel.name, func(t *testing.T) {
 			t.Parallel()

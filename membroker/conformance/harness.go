@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,7 +82,12 @@ type Live struct {
 	start   time.Time
 	elapsed time.Duration
 	late    time.Duration // the most the run has been behind its schedule
+	ended   time.Time     // when the scenario returned
 }
+
+// Span is how long the run took, from the start of its schedule to the
+// scenario's return.
+func (l *Live) Span() time.Duration { return l.ended.Sub(l.start) }
 
 // MaxLate is how far behind its schedule a live run may fall and still be
 // compared with the model: scenarios keep every deadline at least 250 ms
@@ -315,8 +321,12 @@ type Run struct {
 	chans  map[Channel]*chanState
 	quorum map[string]bool // queues declared as quorum queues
 	leased map[string]bool // queues declared with x-expires: Quiesce must not touch them
-	timed  bool            // something in the run has a deadline (a TTL, an expiration, x-expires)
-	fatal  error
+	// shortest is the shortest deadline the run has set (a positive TTL,
+	// expiration or x-expires); zero if it has set none. A TTL of 0 is
+	// not a deadline: such a message expires at once unless a consumer
+	// takes it, whatever the clock says.
+	shortest time.Duration
+	fatal    error
 	// ReceiveAll counts: recorded on a run without expectations (the
 	// model's), consumed as expectations by a run given them (the live one).
 	counts []int
@@ -359,7 +369,45 @@ func (r *Run) Trace() []string {
 // Timed reports whether anything in the run had a deadline (a queue TTL or
 // x-expires was declared, or a message with an expiration published): only
 // then can falling behind the schedule change what a live run observes.
-func (r *Run) Timed() bool { return r.timed }
+func (r *Run) Timed() bool { return r.shortest > 0 }
+
+// Shortest is the shortest deadline the run has set, zero if none: no
+// deadline can pass before this much time after the run began.
+func (r *Run) Shortest() time.Duration { return r.shortest }
+
+// deadline notes a deadline of ms milliseconds (an argument's or a
+// property's value, of whatever type the scenario gave it); a value that
+// is not a positive number sets none.
+func (r *Run) deadline(v any) {
+	var ms int64
+	switch v := v.(type) {
+	case int:
+		ms = int64(v)
+	case int8:
+		ms = int64(v)
+	case int16:
+		ms = int64(v)
+	case int32:
+		ms = int64(v)
+	case int64:
+		ms = v
+	case uint8:
+		ms = int64(v)
+	case uint16:
+		ms = int64(v)
+	case uint32:
+		ms = int64(v)
+	case float32:
+		ms = int64(v)
+	case float64:
+		ms = int64(v)
+	case string:
+		ms, _ = strconv.ParseInt(v, 10, 64)
+	}
+	if d := time.Duration(ms) * time.Millisecond; d > 0 && (r.shortest == 0 || d < r.shortest) {
+		r.shortest = d
+	}
+}
 
 // Err reports why the run was aborted, if it was.
 func (r *Run) Err() error { return r.fatal }
@@ -421,6 +469,7 @@ func (r *Run) Execute(fn func(*Run)) (trace []string, err error) {
 	// machine: a 2 s TTL ran out before a read the scenario made 500 ms
 	// in). Surplus's quiet period, deliberate, does not count.
 	if live, ok := r.target.(*Live); ok {
+		live.ended = time.Now()
 		r.mu.Lock()
 		at := r.observed
 		r.mu.Unlock()
@@ -438,7 +487,7 @@ func (r *Run) Dial() Conn {
 		r.abort(fmt.Errorf("dial %s: %w", r.target.Name(), err))
 	}
 	r.conns = append(r.conns, c)
-	if live, ok := r.target.(*Live); ok && live.elapsed == 0 && !r.timed {
+	if live, ok := r.target.(*Live); ok && live.elapsed == 0 && !r.Timed() {
 		// Nothing with a deadline has happened yet: the schedule starts
 		// once the connections are up, the observer's too. On a busy
 		// broker an AMQP handshake now and then takes 5 s (measured on
@@ -508,12 +557,12 @@ func (r *Run) Declare(ch Channel, name string, durable, autoDelete, exclusive bo
 			m.declaredQuorum(name)
 		}
 	}
-	if _, ok := args["x-expires"]; ok {
+	if v, ok := args["x-expires"]; ok {
 		r.leased[name] = true
-		r.timed = true
+		r.deadline(v)
 	}
-	if _, ok := args["x-message-ttl"]; ok {
-		r.timed = true
+	if v, ok := args["x-message-ttl"]; ok {
+		r.deadline(v)
 	}
 	r.Logf("declare %s: ok name=%s messages=%d consumers=%d", name, q.Name, q.Messages, q.Consumers)
 	return true
@@ -680,7 +729,7 @@ func (r *Run) PublishMandatory(ch Channel, queue, body string, p amqp.Publishing
 func (r *Run) publish(ch Channel, queue, body string, p amqp.Publishing, mandatory bool) {
 	st := r.state(ch)
 	if p.Expiration != "" {
-		r.timed = true
+		r.deadline(p.Expiration)
 	}
 	p.Body = []byte(body)
 	if err := ch.Publish("", queue, mandatory, false, p); err != nil {
