@@ -87,7 +87,7 @@ func (cfg *config) flagSet() *flag.FlagSet {
 	fs.Var((*granularityList)(&cfg.grans), "granularity",
 		"comma-separated retry granularities to compare, each a duration of at least 1ms; the deferred granularity stays the scenario's")
 	fs.IntVar(&cfg.budget, "budget", cfg.budget,
-		"hold queues per work queue the recommendation may use: it names the smallest granularity whose peak stays at or under this")
+		"with classic holds (--hold-type classic), the most hold queues the recommendation may need at once: it names the finest granularity whose peak stays at or under this")
 	fs.Uint64Var(&cfg.seed, "seed", 0,
 		"seed for every random draw (default: the scenario's; the default scenario's is 1)")
 	fs.Var(&durationFlag{d: &cfg.duration, positive: true}, "duration",

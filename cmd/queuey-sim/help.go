@@ -12,12 +12,13 @@ const helpHead = `queuey-sim sizes queuey's hold-queue retry granularity by simu
 It runs one workload on queuey's deterministic simulator (the real queuey and
 RabbitMQ backend on an in-memory RabbitMQ model, in virtual time) once per
 retry granularity, with the same seed, so every job meets the same fate in
-every run, and prints a table: peak and mean hold queues, hold-queue
-declarations per second, the wait the rounding adds (p50, p99, max), how long
-released deferrals and new jobs wait for a worker, jobs dead-lettered, and
-invariant violations (which must be 0). A recommendation follows: the smallest
-granularity whose peak hold queues stay within --budget, and its cost in added
-wait. The seed is printed: the same flags give the same report, byte for byte.
+every run, and prints a table: peak and mean hold queues, relays (or, with
+classic holds, declarations) per second, the wait the rounding adds (p50,
+p99, max), how long released deferrals and new jobs wait for a worker, jobs
+dead-lettered, and invariant violations (which must be 0). A recommendation follows, with the
+Topology field that applies it and what it costs in added wait. Its rule:
+%s.
+The seed is printed: the same flags give the same report, byte for byte.
 
 Usage:
   queuey-sim [flags]                the default scenario
@@ -73,7 +74,7 @@ var flagArgs = map[string]string{
 // and every flag with its default.
 func writeHelp(w io.Writer) {
 	var b strings.Builder
-	b.WriteString(helpHead)
+	b.WriteString(strings.Replace(helpHead, "%s", strings.TrimSuffix(wrap(recommendationRule, "", 78), "\n"), 1))
 	newConfig().flagSet().VisitAll(func(f *flag.Flag) {
 		name := "--" + f.Name
 		if arg := flagArgs[f.Name]; arg != "" {

@@ -498,8 +498,13 @@ func TestRecommend(t *testing.T) {
 		{Label: "legacy (1s)", Legacy: true},
 	}
 	r := recommend(rows, 50)
-	if !r.Found || r.Granularity.D() != time.Second || !strings.Contains(r.Text, "p50 400ms, p99 990ms, max 1.00s") {
+	if !r.Found || r.Granularity.D() != time.Second || !r.IsDefault || !strings.Contains(r.Text, "p50 400ms, p99 990ms, max 1.00s") ||
+		!strings.Contains(r.Text, "1s is the default of rabbitmq.Topology.RetryGranularity (with ClassicHolds): nothing to set") {
 		t.Errorf("budget 50: %+v", r)
+	}
+	r = recommend(rows, 200)
+	if !r.Found || r.IsDefault || !strings.Contains(r.Text, "set rabbitmq.Topology.RetryGranularity (with ClassicHolds) to 1ms") {
+		t.Errorf("budget 200: %+v", r)
 	}
 	r = recommend(rows, 5)
 	if r.Found || !strings.Contains(r.Text, "the fewest, 8, at 10s") {
@@ -517,8 +522,16 @@ func TestRecommendLadder(t *testing.T) {
 		{Label: "10s", Granularity: sim.Duration(10 * time.Second), RelaysPerSecond: 35},
 		{Label: "legacy (1s)", Legacy: true},
 	}
-	if r := recommendLadder(rows); !r.Found || r.Granularity.D() != 100*time.Millisecond || !strings.Contains(r.Text, "fewest (35.0, at 10s)") {
+	if r := recommendLadder(rows); !r.Found || r.Granularity.D() != 100*time.Millisecond || !strings.Contains(r.Text, "fewest (35.0, at 10s)") ||
+		!strings.Contains(r.Text, "set rabbitmq.Topology.RetryGranularity to 100ms") || r.Rule != recommendationRule {
 		t.Errorf("%+v", r)
+	}
+	// The fewest relays at the finest row: said so, not as "within twice
+	// itself".
+	rows[3].RelaysPerSecond = 100
+	rows[2].RelaysPerSecond = 30
+	if r := recommendLadder(rows[2:]); !r.Found || !r.IsDefault || !strings.Contains(r.Text, "the fewest relays of any row (30.0 a second)") {
+		t.Errorf("fewest at the finest: %+v", r)
 	}
 }
 
@@ -561,5 +574,27 @@ func TestProgress(t *testing.T) {
 	p.finish()
 	if b.Len() != 0 {
 		t.Errorf("progress on a non-terminal wrote %q", b.String())
+	}
+}
+
+// TestRecommendationRuleStatedOnce: --help, the README and
+// docs/queuey-sim.md state the rule the recommendation follows in the
+// words the output uses.
+func TestRecommendationRuleStatedOnce(t *testing.T) {
+	flat := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	var help strings.Builder
+	writeHelp(&help)
+	texts := map[string]string{"--help": help.String()}
+	for _, path := range []string{"../../README.md", "../../docs/queuey-sim.md"} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[path] = string(data)
+	}
+	for where, text := range texts {
+		if !strings.Contains(flat(text), recommendationRule) {
+			t.Errorf("%s does not state the recommendation's rule %q", where, recommendationRule)
+		}
 	}
 }

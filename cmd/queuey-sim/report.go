@@ -82,14 +82,28 @@ type rowReport struct {
 	Periodic *sim.PeriodicResult `json:"periodic,omitempty"`
 }
 
-// recommendation is the smallest granularity within the budget.
+// recommendation is the granularity recommendationRule picks, if any.
 type recommendation struct {
 	Found       bool         `json:"found"`
 	Granularity sim.Duration `json:"granularity,omitzero"`
-	Peak        int          `json:"hold_queues_peak"`
-	AddedWait   sim.Summary  `json:"added_wait"`
-	Text        string       `json:"text"`
+	// IsDefault is whether it is rabbitmq.Topology's default already.
+	IsDefault bool        `json:"is_default"`
+	Peak      int         `json:"hold_queues_peak"`
+	AddedWait sim.Summary `json:"added_wait"`
+	// Rule is recommendationRule; Text says what it picked and why, and
+	// what the choice trades, over several lines.
+	Rule string `json:"rule"`
+	Text string `json:"text"`
 }
+
+// recommendationRule is the rule the recommendation follows, worded once
+// for --help, the output and the README alike.
+const recommendationRule = `the finest retry granularity whose cost to the broker stays in bounds: ` +
+	`with the hold ladder, relays a second at most twice the fewest of any row; ` +
+	`with classic holds, peak hold queues at most --budget`
+
+// defaultRetryGranularity is rabbitmq.Topology's default RetryGranularity.
+const defaultRetryGranularity = time.Second
 
 // newReport gathers the rows' figures and the recommendation.
 func newReport(p *plan, budget int, rows []row) *report {
@@ -137,8 +151,36 @@ func newRowReport(r row) rowReport {
 // topology's expected ones.
 func (rr rowReport) unexpected() int { return rr.Violations - rr.ExpectedViolations }
 
-// recommend picks the smallest granularity whose peak hold queues stay at
-// or under budget. rows are in ascending granularity order, legacy last.
+// applies names the field that applies granularity g, and says whether g
+// is its default already.
+func applies(g time.Duration, classic bool) (string, bool) {
+	field := "rabbitmq.Topology.RetryGranularity"
+	if classic {
+		field += " (with ClassicHolds)"
+	}
+	return field, g == defaultRetryGranularity
+}
+
+// found is the recommendation of row r, why being the rule's figures and
+// more what a finer and a coarser choice would trade.
+func found(r rowReport, classic bool, why, more string) recommendation {
+	g := r.Granularity.D()
+	field, isDefault := applies(g, classic)
+	set := fmt.Sprintf("set %s to %s", field, r.Label)
+	if isDefault {
+		set = fmt.Sprintf("%s is the default of %s: nothing to set", r.Label, field)
+	}
+	s := r.AddedWait
+	return recommendation{
+		Found: true, Granularity: r.Granularity, IsDefault: isDefault, Peak: r.HoldQueuesPeak, AddedWait: s, Rule: recommendationRule,
+		Text: fmt.Sprintf("retry granularity %s (%s)\nwhy: %s\ncost: rounding up to %s adds p50 %s, p99 %s, max %s to a retry's wait; %s",
+			r.Label, set, why, r.Label, fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.Max), more),
+	}
+}
+
+// recommend applies recommendationRule to classic holds: the finest
+// granularity whose peak hold queues stay at or under budget. rows are in
+// ascending granularity order, legacy last.
 func recommend(rows []rowReport, budget int) recommendation {
 	fewest := -1
 	for i, r := range rows {
@@ -146,29 +188,29 @@ func recommend(rows []rowReport, budget int) recommendation {
 			continue
 		}
 		if r.HoldQueuesPeak <= budget {
-			s := r.AddedWait
-			return recommendation{
-				Found: true, Granularity: r.Granularity, Peak: r.HoldQueuesPeak, AddedWait: s,
-				Text: fmt.Sprintf("retry granularity %s: the smallest whose peak hold queues (%d) stay within the budget of %d; "+
-					"its rounding adds p50 %s, p99 %s, max %s of wait to each hold",
-					r.Label, r.HoldQueuesPeak, budget, fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.Max)),
-			}
+			return found(r, true,
+				fmt.Sprintf("the finest row whose peak hold queues (%d) stay within --budget (%d)", r.HoldQueuesPeak, budget),
+				"a finer one rounds less but needs more hold queues at once (one per rounded delay in use)")
 		}
 		if fewest < 0 || r.HoldQueuesPeak < rows[fewest].HoldQueuesPeak {
 			fewest = i
 		}
 	}
 	if fewest < 0 {
-		return recommendation{Text: "none: no granularity was simulated"}
+		return recommendation{Rule: recommendationRule, Text: "none: no granularity was simulated"}
 	}
-	return recommendation{Text: fmt.Sprintf("none: no granularity keeps peak hold queues within the budget of %d "+
+	return recommendation{Rule: recommendationRule, Text: fmt.Sprintf("none: no granularity keeps peak hold queues within the budget of %d "+
 		"(the fewest, %d, at %s); raise --budget or add coarser granularities", budget, rows[fewest].HoldQueuesPeak, rows[fewest].Label)}
 }
 
-// recommendLadder picks, for the hold ladder, whose number of hold queues
-// hardly depends on the granularity, the finest granularity whose relays
-// per second are at most twice the fewest of any row: a finer one rounds
-// less but relays more (one rung per binary digit of a delay in granules).
+// recommendLadder applies recommendationRule to the hold ladder, whose
+// number of queues the retry granularity hardly changes: the finest
+// granularity whose relays a second are at most twice the fewest of any
+// row. A finer granularity rounds less; relays follow the binary digits a
+// hold's rounded delay has in the ladder's shortest rung (the finer of the
+// two granularities), so they rise at fine granularities and, when the
+// deferred granularity fixes that rung, at coarse ones too (30 s in 1 s
+// rungs is 16 + 8 + 4 + 2 s, four relays).
 func recommendLadder(rows []rowReport) recommendation {
 	fewest := -1
 	for i, r := range rows {
@@ -177,20 +219,20 @@ func recommendLadder(rows []rowReport) recommendation {
 		}
 	}
 	if fewest < 0 {
-		return recommendation{Text: "none: no granularity was simulated"}
+		return recommendation{Rule: recommendationRule, Text: "none: no granularity was simulated"}
 	}
-	for _, r := range rows {
+	for i, r := range rows {
 		if r.Legacy || r.RelaysPerSecond > 2*rows[fewest].RelaysPerSecond {
 			continue
 		}
-		s := r.AddedWait
-		return recommendation{
-			Found: true, Granularity: r.Granularity, Peak: r.HoldQueuesPeak, AddedWait: s,
-			Text: fmt.Sprintf("retry granularity %s: the finest whose relays (%s a second) stay within twice the fewest (%s, at %s); "+
-				"its rounding adds p50 %s, p99 %s, max %s of wait to each hold",
-				r.Label, fmtRate(r.RelaysPerSecond), fmtRate(rows[fewest].RelaysPerSecond), rows[fewest].Label,
-				fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.Max)),
+		why := fmt.Sprintf("the finest row whose relays (%s a second) stay within twice the fewest (%s, at %s)",
+			fmtRate(r.RelaysPerSecond), fmtRate(rows[fewest].RelaysPerSecond), rows[fewest].Label)
+		if i == fewest {
+			why = fmt.Sprintf("the fewest relays of any row (%s a second), and no finer row is within twice that", fmtRate(r.RelaysPerSecond))
 		}
+		return found(r, false, why,
+			"a finer one rounds less but relays more (a relay is a delivery and a confirmed publish through a worker); "+
+				"a coarser one rounds more and need not relay less")
 	}
 	panic("unreachable: the fewest is within twice itself")
 }
@@ -241,22 +283,33 @@ func writeTable(w io.Writer, rep *report) error {
 	if legacy {
 		b.WriteString(legacyNote)
 	}
-	fmt.Fprintf(&b, "\nrecommendation: %s\n", rep.Recommendation.Text)
+	head, rest, _ := strings.Cut(rep.Recommendation.Text, "\n")
+	fmt.Fprintf(&b, "\nrecommendation: %s\n", head)
+	if rep.Recommendation.Rule != "" {
+		b.WriteString(wrap("rule: "+rep.Recommendation.Rule, "  ", 92))
+	}
+	if rest != "" {
+		for _, line := range strings.Split(rest, "\n") {
+			b.WriteString(wrap(line, "  ", 92))
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
 const legend = `hold queues: how many exist at once, peak and time-weighted mean. The ladder's rungs
-  are fixed by the finer granularity (22 at 1s); classic ones follow the TTLs in use.
+  are fixed by the finer of the two granularities (22 at 1s); classic ones follow the TTLs in use.
 decl./relays per second: with classic holds, hold-queue declarations per virtual second
   (the backend declares before every hold); with the ladder, relays from rung to rung, one
-  delivery and one publish each: a finer granularity means more rungs per hold.
+  delivery and one confirmed publish each. A hold takes one relay per binary digit set in
+  its rounded delay counted in shortest rungs: a finer granularity relays more, and so can a
+  coarser one, whose rounding sets more digits (30s in 1s rungs is 16+8+4+2s, four relays).
 added wait: a retry's hold, its release minus the delay asked for (the rounding up to the
   granularity, the broker's timer slack, and on the ladder each relay's).
 deferred wait: a released deferral's time from its release to its delivery;
 backlog wait: a new job's time from enqueue to its first delivery (both p50 and p99).
-timed out: handler runs past their queue's Timeout, a failed attempt each; abandoned: those
-  whose handler ignored its context, settled AbandonGrace (5s) later without it.
+timed out: handler runs past their queue's Timeout, a failed attempt each; "(N abandoned)"
+  counts those whose handler ignored its context, settled AbandonGrace (5s) later without it.
 lost: confirmed jobs the broker dropped: with a hold queue that expired while they were in it,
   or in a restart or kill fault of the scenario.
 invariant violations must be 0.
