@@ -129,3 +129,24 @@ func TestNoPathsOutsideTheRepository(t *testing.T) {
 		t.Errorf("paths outside the repository:\n%s", strings.Join(found, "\n"))
 	}
 }
+
+// maxLines is the most lines a non-test Go file may have: a file longer
+// than that does more than one thing. The conformance scenarios, a
+// catalogue read one scenario at a time, are exempt.
+const maxLines = 700
+
+// No non-test Go file outside membroker/conformance is over maxLines.
+func TestFilesStayShort(t *testing.T) {
+	for _, f := range files(t) {
+		if !strings.HasSuffix(f, ".go") || strings.HasSuffix(f, "_test.go") || strings.HasPrefix(f, "membroker/conformance/") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(data), "\n"); n > maxLines {
+			t.Errorf("%s has %d lines, over %d: split it by what its parts do", f, n, maxLines)
+		}
+	}
+}
