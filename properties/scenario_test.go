@@ -14,6 +14,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/queuey/queuey/internal/relay"
 	simsabotage "github.com/queuey/queuey/internal/sabotage"
 	"github.com/queuey/queuey/sim"
 )
@@ -209,7 +210,7 @@ func TestScenarioPropertyCatchesAWorkerIgnoringItsTimeout(t *testing.T) {
 		}
 		return s
 	})
-	expectSabotageCaught(t, long, simsabotage.WorkerIgnoresTimeout, 11)
+	expectSabotageCaught(t, long, simsabotage.Set{Kind: simsabotage.WorkerIgnoresTimeout}, 11)
 }
 
 // With a scheduler group whose election queue lacks single active
@@ -225,20 +226,48 @@ func TestScenarioPropertyCatchesSchedulersLeadingAtOnce(t *testing.T) {
 		s.Periodic.Processes = max(s.Periodic.Processes, 2)
 		return s
 	})
-	expectSabotageCaught(t, grouped, simsabotage.SchedulerWithoutSAC, 12)
+	expectSabotageCaught(t, grouped, simsabotage.Set{Kind: simsabotage.SchedulerWithoutSAC}, 12)
 }
 
+// With a relay that acknowledges a held job's delivery from the relay
+// queue before the broker confirmed the job's next publish (the relay's
+// core wrapped, below), a job would be in no queue were that publish lost,
+// and rapid finds a violation of invariant 5 (conservation). The scenarios
+// are the property's own, on the hold ladder.
+func TestScenarioPropertyCatchesARelayAckingFirst(t *testing.T) {
+	laddered := rapid.Map(scenarioGen(), func(s sim.Scenario) sim.Scenario {
+		s.Topology.HoldType = "quorum"
+		return s
+	})
+	ackFirst := func(relay.Stepper) relay.Stepper { return relayAcksFirst{} }
+	expectSabotageCaught(t, laddered, simsabotage.Set{Relay: ackFirst}, 5)
+}
+
+// relayAcksFirst is the relay's core with its order broken: it
+// acknowledges a delivery as it arrives, then relays it, whatever the
+// relay's publish does.
+type relayAcksFirst struct{}
+
+func (relayAcksFirst) Delivered(acts []relay.Action, stale bool) []relay.Action {
+	if stale {
+		return acts
+	}
+	return append(acts, relay.Action{Kind: relay.Ack}, relay.Action{Kind: relay.Relay})
+}
+
+func (relayAcksFirst) Relayed(acts []relay.Action, _ error) []relay.Action { return acts }
+
 // expectSabotageCaught requires rapid to find, among the scenarios gen
-// draws, run with sabotage kind, a violation of invariant inv, and its
+// draws, run with the sabotage sab, a violation of invariant inv, and its
 // report to name it. Runs that end in an error do not count: the
 // violation must be the invariant's, not another failure's.
-func expectSabotageCaught(t *testing.T, gen *rapid.Generator[sim.Scenario], kind simsabotage.Kind, inv int) {
+func expectSabotageCaught(t *testing.T, gen *rapid.Generator[sim.Scenario], sab simsabotage.Set, inv int) {
 	t.Helper()
 	out := expectRapidFailure(t, func(t *rapid.T) {
 		s := gen.Draw(t, "scenario")
 		c, cancel := context.WithTimeout(context.Background(), runTimeout)
 		defer cancel()
-		res, err := sim.Run(c, s, sim.Options{Sabotage: kind})
+		res, err := sim.Run(c, s, sim.Options{Sabotage: sab})
 		if err != nil || c.Err() != nil {
 			return
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/queuey/queuey/internal/backendhook"
 	"github.com/queuey/queuey/internal/consume"
+	"github.com/queuey/queuey/internal/relay"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -203,24 +204,31 @@ func (c *relayingConsumer) run() {
 	}
 }
 
-// relayOne relays d, then acknowledges it; a relay that failed returns it
-// to the relay queue after a pause, so that a rung an operator deleted
-// does not spin the relay.
+// relayOne carries out, for d, what the relay's core (internal/relay)
+// asks: relay it, then acknowledge it once the publish is confirmed, or
+// return it to the relay queue after a pause.
 func (c *relayingConsumer) relayOne(d *consume.Delivery) {
 	b := c.consumer.b
-	if d.Stale() {
-		return // its channel went: the broker has requeued it
-	}
-	if err := b.Relay(c.ctx, c.consumer.queue, d.D); err != nil {
-		b.logger.Warn("rabbitmq: relaying a held job failed; it stays in the relay queue", "queue", c.consumer.queue, "error", err)
-		_ = sleepCtx(c.ctx, time.Second)
-		_ = d.Requeue()
-		return
-	}
-	if err := d.Ack(); err != nil {
-		// Its channel went after the publish: the broker requeues it, and
-		// the job goes on twice (at least once, never lost).
-		b.logger.Debug("rabbitmq: relayed job's acknowledgement failed", "queue", c.consumer.queue, "error", err)
+	var core relay.Core
+	var buf [2]relay.Action
+	acts := core.Delivered(buf[:0], d.Stale())
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a.Kind {
+		case relay.Relay:
+			acts = core.Relayed(acts, b.Relay(c.ctx, c.consumer.queue, d.D))
+		case relay.Ack:
+			if err := d.Ack(); err != nil {
+				// Its channel went after the publish: the broker requeues
+				// it, and the job goes on twice (at least once, never lost).
+				b.logger.Debug("rabbitmq: relayed job's acknowledgement failed", "queue", c.consumer.queue, "error", err)
+			}
+		case relay.Requeue:
+			b.logger.Warn("rabbitmq: relaying a held job failed; it stays in the relay queue", "queue", c.consumer.queue, "error", a.Err)
+			_ = sleepCtx(c.ctx, a.Delay)
+			_ = d.Requeue()
+		}
 	}
 }
 

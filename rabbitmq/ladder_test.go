@@ -12,6 +12,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/go-cmp/cmp"
+	"github.com/queuey/queuey/internal/relay"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -285,4 +286,68 @@ func TestLadderDeclarationInternalErrorSaysRestartTheNode(t *testing.T) {
 	if !strings.Contains(logs.String(), "level=ERROR") {
 		t.Fatalf("logs:\n%s\nwant an ERROR", logs)
 	}
+}
+
+// A relay whose publish fails (its rung was deleted: 312 NO_ROUTE) leaves
+// the job in the relay queue and tries again after the relay core's pause,
+// not before; once the rung is back, the job goes on, nothing lost.
+func TestFailedRelayPausesThenGoesOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+		conn, err := broker.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := &backendLogBuffer{}
+		b, err := New(Channels(conn.Channel), Options{Topology: Topology{HoldWarmup: -1}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		cfg := queuey.QueueConfig{Name: "jobs"}
+		if err := b.Declare(t.Context(), cfg); err != nil {
+			t.Fatal(err)
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rung := b.top.LadderQueue("jobs", 1000)
+		if _, err := ch.QueueDelete(rung, false, false, false); err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.Consume(t.Context(), "jobs", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// A job with 1 s still to wait: its next step is the deleted rung.
+		if err := ch.Publish("", b.top.RelayQueue("jobs"), false, false, ladderPublishing(amqp.Publishing{MessageId: "j1", Body: []byte("{}")}, 0, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		failures := func() int { return strings.Count(logs.String(), "relaying a held job failed") }
+		synctest.Wait()
+		if n := failures(); n != 1 {
+			t.Fatalf("%d failed relays at once; want 1", n)
+		}
+		time.Sleep(relay.DefaultPause - time.Millisecond)
+		synctest.Wait()
+		if n := failures(); n != 1 {
+			t.Fatalf("%d failed relays before the pause was over; want 1", n)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if n := failures(); n != 2 {
+			t.Fatalf("%d failed relays once the pause was over; want 2", n)
+		}
+		if err := b.Declare(t.Context(), cfg); err != nil { // the rung is back
+			t.Fatal(err)
+		}
+		time.Sleep(relay.DefaultPause)
+		synctest.Wait()
+		q, err := ch.QueueDeclarePassive(rung, true, false, false, false, nil)
+		if err != nil || q.Messages != 1 {
+			t.Fatalf("the rung holds %d messages (%v); want the job", q.Messages, err)
+		}
+	})
 }

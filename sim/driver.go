@@ -106,35 +106,6 @@ func (e *notRipe) Error() string { return "sim: the hold ladder warms up for " +
 
 func notRipeYet(_ context.Context, d time.Duration) error { return &notRipe{d} }
 
-// relayOne carries out what a backend's relay consumer does with a
-// delivery from the relay queue: Backend.Relay publishes the job to its
-// next rung or back to its work queue, then the delivery is acknowledged.
-func (r *runner) relayOne(sub *subscription, d *consume.Delivery) {
-	w := sub.w
-	if sub.dead || sub != w.relaySub || d.Stale() {
-		return // its process or connection is gone: the broker requeues it
-	}
-	j := r.job(jobNumber(d.D.MessageId))
-	r.relaying, r.relayJob = true, j
-	err := w.rb.Relay(r.bg, w.q.spec.Name, d.D)
-	r.relaying, r.relayJob = false, nil
-	if err != nil {
-		r.emit(Event{Kind: EvSettleFailed, Job: jobNumber(d.D.MessageId), Queue: w.q.spec.Name, Worker: w.idx, Detail: "relay: " + settleFailure(err)})
-		_ = d.Requeue()
-		return
-	}
-	if err := d.Ack(); err != nil {
-		if j != nil {
-			j.explain++ // requeued after its next step was published: a possible duplicate
-		}
-		return
-	}
-	if j != nil {
-		j.copies--
-		r.retire(j)
-	}
-}
-
 // stopWorker releases a worker's backend; its connection is already gone.
 func (r *runner) stopWorker(w *worker) {
 	w.up = false

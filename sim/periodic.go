@@ -164,7 +164,7 @@ func (r *runner) connectSched(p *schedProc) error {
 		return err
 	}
 	open := rabbitmq.Channels(conn.Channel)
-	if r.opts.Sabotage == sabotage.SchedulerWithoutSAC {
+	if r.opts.Sabotage.Kind == sabotage.SchedulerWithoutSAC {
 		open = func() (rabbitmq.Channel, error) {
 			ch, err := conn.Channel()
 			return noSACChannel{ch}, err

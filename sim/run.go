@@ -11,6 +11,7 @@ import (
 	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/execute"
 	"github.com/queuey/queuey/internal/redial"
+	"github.com/queuey/queuey/internal/relay"
 	"github.com/queuey/queuey/internal/sabotage"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
@@ -39,8 +40,9 @@ type Options struct {
 	NoExcerpts bool
 
 	// Sabotage breaks queuey on purpose, for the property tests that
-	// prove a check fires (internal/sabotage). Defaults to sabotage.None.
-	Sabotage sabotage.Kind
+	// prove a check fires (internal/sabotage). The zero value is queuey
+	// as it is.
+	Sabotage sabotage.Set
 
 	mutate mutation // tests only: break queuey on purpose to prove a check fires
 }
@@ -120,7 +122,7 @@ func Run(ctx context.Context, s Scenario, opts Options) (*Result, error) {
 	if opts.MaxViolations == 0 {
 		opts.MaxViolations = 20
 	}
-	if opts.Sabotage == sabotage.WorkerIgnoresTimeout {
+	if opts.Sabotage.Kind == sabotage.WorkerIgnoresTimeout {
 		opts.mutate = mutIgnoreTimeout
 	}
 	res, err := runOnce(ctx, s, opts, nil)
@@ -255,6 +257,7 @@ type oracle struct {
 	// (nil for a message that is not a job of the run).
 	relaying bool
 	relayJob *job
+	relay    relay.Stepper // what the relay subscriptions' deliveries are stepped through
 	// warming are jobs whose Enqueue waits for the warm-up of their young
 	// quorum work queue (rabbitmq.Topology.HoldWarmup).
 	warming  map[uint64]struct{}
@@ -374,6 +377,10 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 		},
 		faultState: faultState{squatted: map[string]bool{}},
 		driver:     driver{subs: map[string]*subscription{}},
+	}
+	r.relay = relay.Core{}
+	if wrap := opts.Sabotage.Relay; wrap != nil {
+		r.relay = wrap(r.relay)
 	}
 	r.end = Start.Add(s.Duration.D())
 	r.stop = r.end.Add(s.Drain.D())

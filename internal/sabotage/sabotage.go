@@ -1,8 +1,24 @@
-// Package sabotage names the deliberate bugs a test outside package sim
-// can inject into a simulation (sim.Options.Sabotage), to prove that a
+// Package sabotage carries the deliberate bugs a test outside package sim
+// injects into a simulation (sim.Options.Sabotage), to prove that a
 // property notices them. Production code and queuey-sim never set one.
-// Package sim's own tests inject more, through its unexported options.
+// A bug is either a Kind, which the simulator injects, or, better, a
+// wrapper the test itself writes around one of the product's cores: the
+// simulator drives the wrapped core where it would drive the product's,
+// so the broken code lives in the test. Package sim's own tests inject
+// more, through its unexported options.
 package sabotage
+
+import "github.com/queuey/queuey/internal/relay"
+
+// Set is the deliberate bugs of one simulation. The zero value is the
+// product as it is.
+type Set struct {
+	// Kind is a bug the simulator injects itself.
+	Kind Kind
+	// Relay, if set, wraps the relay's core (internal/relay) that the
+	// workers' relay subscriptions drive.
+	Relay func(relay.Stepper) relay.Stepper
+}
 
 // Kind is one deliberate bug.
 type Kind int

@@ -1,0 +1,99 @@
+// Package relay is the hold ladder's relay of one delivery as a core with
+// no goroutines and no clock: a delivery from a work queue's relay queue
+// in, what to do with it out. A rung releases a held job into the relay
+// queue; the relay publishes it on (rabbitmq.Backend.Relay: into its next
+// rung, or back into its work queue), and only once the broker has
+// confirmed that publish does it acknowledge the delivery, so a job is
+// never in no queue at all (docs/hold-ladder.md). A relay that failed
+// returns the delivery to the relay queue after a pause, so that a rung an
+// operator deleted does not spin the relay.
+//
+// rabbitmq's relaying consumer carries out the actions on its goroutines
+// with real time; package sim carries out the same actions on its one
+// goroutine and virtual clock, and checks them: the simulator runs this
+// code, not a copy of it.
+package relay
+
+import "time"
+
+// Kind is what an action asks the shell to do.
+type Kind int
+
+const (
+	// Relay: publish the job on (rabbitmq.Backend.Relay) and report the
+	// outcome with Relayed.
+	Relay Kind = iota + 1
+	// Ack: acknowledge the delivery.
+	Ack
+	// Requeue: after Delay, return the delivery to the relay queue
+	// (basic.reject with requeue).
+	Requeue
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Relay:
+		return "relay"
+	case Ack:
+		return "ack"
+	case Requeue:
+		return "requeue"
+	}
+	return "unknown"
+}
+
+// Action is one thing to do with the delivery.
+type Action struct {
+	Kind  Kind
+	Delay time.Duration // Requeue only
+	Err   error         // Requeue only: why the relay failed
+}
+
+// Stepper is what a shell drives. *Core is the product's; a test may wrap
+// one to break it on purpose.
+type Stepper interface {
+	// Delivered: a delivery arrived from the relay queue; stale says its
+	// channel is gone, so the broker has requeued it already. It appends
+	// to acts what to do, and returns them.
+	Delivered(acts []Action, stale bool) []Action
+	// Relayed: the Relay action ended, err being its error (nil once the
+	// broker confirmed the publish). It appends what to do next.
+	Relayed(acts []Action, err error) []Action
+}
+
+// DefaultPause is how long a failed relay waits before its delivery goes
+// back to the relay queue.
+const DefaultPause = time.Second
+
+// Core is the relay's rules. The zero value pauses DefaultPause.
+type Core struct {
+	// Pause is how long a failed relay waits before its delivery goes
+	// back to the relay queue. Zero means DefaultPause.
+	Pause time.Duration
+}
+
+var _ Stepper = Core{}
+
+// Delivered asks for the relay, or for nothing if the delivery is stale:
+// the broker took it back with its channel, and settling it would fail.
+func (c Core) Delivered(acts []Action, stale bool) []Action {
+	if stale {
+		return acts
+	}
+	return append(acts, Action{Kind: Relay})
+}
+
+// Relayed acknowledges the delivery once its publish is confirmed, and
+// otherwise returns it after the pause. An acknowledgement that fails
+// (its channel went after the publish) leaves the job running twice, never
+// lost: the broker requeues the delivery, and it is relayed again.
+func (c Core) Relayed(acts []Action, err error) []Action {
+	if err == nil {
+		return append(acts, Action{Kind: Ack})
+	}
+	pause := c.Pause
+	if pause == 0 {
+		pause = DefaultPause
+	}
+	return append(acts, Action{Kind: Requeue, Delay: pause, Err: err})
+}
