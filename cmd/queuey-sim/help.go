@@ -59,9 +59,9 @@ const helpTail = `
 Exit status: 0 when every run kept every invariant (the legacy row's expected
 invariant-2 violations aside); 1 when a run failed or violated an invariant,
 or the report or plot could not be written; 2 for bad flags or input.
-Progress (share of virtual time simulated, ETA) shows on stderr when it is a
-terminal and the sweep takes over a second; nothing else goes to stderr but
-errors and violations.
+On a terminal, stderr shows each run's headline figures as it finishes,
+and progress (share of virtual time simulated, ETA) once the sweep has run a
+second; nothing else goes to stderr but errors and violations.
 `
 
 // flagArgs names each valued flag's argument in --help.

@@ -571,9 +571,24 @@ func TestProgress(t *testing.T) {
 	b.Reset()
 	p = newProgress(&b, []runSpec{{scenario: s}})
 	p.set(0, time.Minute)
+	p.finished(row{runSpec: runSpec{scenario: s, granularity: time.Second}, res: &sim.Result{}})
 	p.finish()
 	if b.Len() != 0 {
 		t.Errorf("progress on a non-terminal wrote %q", b.String())
+	}
+	// On a terminal, a finished run's line goes above the progress line,
+	// which the next tick writes again.
+	b.Reset()
+	p = newProgress(&b, []runSpec{{scenario: s}, {scenario: s}})
+	p.live = true
+	p.show(p.start.Add(3 * time.Second))
+	res := &sim.Result{HoldQueuesPeak: 22, RelaysPerSecond: 24.9}
+	p.finished(row{runSpec: runSpec{scenario: s, granularity: time.Second}, res: res})
+	p.finish()
+	want = "\r\x1b[Kqueuey-sim:   0% of 4m virtual time simulated, ETA --" +
+		"\r\x1b[Kqueuey-sim: 1s done: 22 hold queues at the peak, 24.9 relays a second, added wait p50 0 p99 0, 0 lost, 0 violations\n"
+	if b.String() != want {
+		t.Errorf("progress on a terminal wrote %q, want %q", b.String(), want)
 	}
 }
 

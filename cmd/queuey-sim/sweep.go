@@ -52,6 +52,7 @@ func sweep(ctx context.Context, specs []runSpec, parallel int, prog *progress) (
 					continue
 				}
 				rows[i] = r
+				prog.finished(r)
 			}
 		})
 	}
@@ -105,16 +106,22 @@ func (s runSpec) label() string {
 }
 
 // progress reports the share of virtual time simulated, over all runs,
-// with an estimate of the time left, on a terminal's line. It shows
-// nothing when stderr is not a terminal, and nothing for the first second.
+// with an estimate of the time left, on a terminal's line, and above it a
+// line for each run as it finishes, so that the first rows can be read
+// while the slowest run goes on; the report on stdout follows at the end.
+// It shows nothing when stderr is not a terminal, and no progress line for
+// the first second.
 type progress struct {
 	w     io.Writer
+	live  bool           // w is a terminal
 	done  []atomic.Int64 // virtual time simulated, per run
 	total time.Duration  // virtual time of all runs
 	start time.Time
 	stop  chan struct{}
 	wg    sync.WaitGroup
-	shown bool
+
+	mu    sync.Mutex // serialises writes to w
+	shown bool       // a progress line is on the screen
 }
 
 // progressDelay is how long a sweep runs before progress shows.
@@ -129,9 +136,29 @@ func newProgress(w io.Writer, runs []runSpec) *progress {
 		p.total += s.Duration.D() + s.Drain.D()
 	}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.live = true
 		p.wg.Go(p.loop)
 	}
 	return p
+}
+
+// finished writes a line for the run that just finished, on a terminal,
+// above the progress line. Safe from any goroutine.
+func (p *progress) finished(r row) {
+	if !p.live {
+		return
+	}
+	rr := newRowReport(r)
+	rate := fmt.Sprintf("%s relays a second", fmtRate(rr.RelaysPerSecond))
+	if r.scenario.Topology.HoldType == "classic" {
+		rate = fmt.Sprintf("%s declarations a second", fmtRate(rr.DeclarationsPerSecond))
+	}
+	line := fmt.Sprintf("queuey-sim: %s done: %d hold queues at the peak, %s, added wait p50 %s p99 %s, %d lost, %d violations",
+		rr.Label, rr.HoldQueuesPeak, rate, fmtDur(rr.AddedWait.P50), fmtDur(rr.AddedWait.P99), rr.Jobs.Lost, rr.Violations)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, "\r\x1b[K%s\n", line)
+	p.shown = false
 }
 
 // set records run i's virtual time done. Safe from any goroutine.
@@ -167,6 +194,8 @@ func (p *progress) show(now time.Time) {
 		left := time.Duration(float64(now.Sub(p.start)) * (1 - f) / f)
 		eta = "ETA " + left.Round(time.Second).String()
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	fmt.Fprintf(p.w, "\r\x1b[Kqueuey-sim: %3.0f%% of %s virtual time simulated, %s", 100*f, fmtGranularity(p.total), eta)
 	p.shown = true
 }
