@@ -84,10 +84,10 @@ func (r *runner) startWorker(w *worker) error {
 	if err != nil {
 		return fmt.Errorf("sim: worker consume: %w", err)
 	}
-	sub.attach(work, r.opts.mutate.consumeMutation())
+	sub.attach(work)
 	w.sub = sub
 	if relay != nil {
-		rsub.attach(relay, consume.MutNone)
+		rsub.attach(relay)
 		w.relaySub = rsub
 	} else {
 		delete(r.subs, rsub.tag)
@@ -627,11 +627,19 @@ func (d *simDelivery) Priority() uint8 { return d.cd.D.Priority }
 
 func (d *simDelivery) Redelivered() bool { return d.cd.D.Redelivered }
 
-func (d *simDelivery) Ack() error { return d.cd.Ack() }
+func (d *simDelivery) Ack() error { return d.r.settler.Ack(&d.cd) }
 
-func (d *simDelivery) Requeue() error { return d.cd.Requeue() }
+func (d *simDelivery) Requeue() error { return d.r.settler.Requeue(&d.cd) }
 
-func (d *simDelivery) Stale() bool { return d.cd.Stale() }
+func (d *simDelivery) Stale() bool { return d.r.settler.Stale(&d.cd) }
+
+// coreSettler settles a delivery through the consumer's core, as
+// rabbitmq's consumer does.
+type coreSettler struct{}
+
+func (coreSettler) Ack(d *consume.Delivery) error     { return d.Ack() }
+func (coreSettler) Requeue(d *consume.Delivery) error { return d.Requeue() }
+func (coreSettler) Stale(d *consume.Delivery) bool    { return d.Stale() }
 
 func (r *runner) newDelivery() *simDelivery {
 	if n := len(r.freeDels); n > 0 {

@@ -52,40 +52,26 @@ type Options struct {
 type mutation int
 
 const (
-	mutNone              mutation = iota
-	mutEarly                      // holds are published for a quarter of the decided delay
-	mutSpendAttempt               // a deferral's successor counts an attempt
-	mutDeferPriority0             // a deferral comes back at priority 0
-	mutLoseRetry                  // a retry's successor is never published
-	mutWrongReason                // a dead letter is published with another reason
-	mutHoldBound                  // the hold-queue bound is taken as 1
-	mutHoldExpires2TTL            // hold queues are declared with seed 000's x-expires, 2 × TTL
-	mutAckFirst                   // the worker core acknowledges before the successor is confirmed
-	mutSettleStale                // the worker core settles a delivery whose connection is gone
-	mutDialStorm                  // a reconnecting process waits half of what its backoff asks
-	mutAckTwice                   // the worker core asks for every acknowledgement twice
-	mutAckTwiceUnguarded          // mutAckTwice, and the consumer's core lets the second reach the broker
-	mutIgnoreStale                // the consumer's core never calls a delivery stale
-	mutIgnoreTimeout              // the worker core runs handlers without their timeout
-	mutSchedOfferOnce             // a scheduler process that does not lead offers a token at its start only
+	mutNone            mutation = iota
+	mutEarly                    // holds are published for a quarter of the decided delay
+	mutSpendAttempt             // a deferral's successor counts an attempt
+	mutDeferPriority0           // a deferral comes back at priority 0
+	mutLoseRetry                // a retry's successor is never published
+	mutWrongReason              // a dead letter is published with another reason
+	mutHoldBound                // the hold-queue bound is taken as 1
+	mutHoldExpires2TTL          // hold queues are declared with seed 000's x-expires, 2 × TTL
+	mutAckFirst                 // the worker core acknowledges before the successor is confirmed
+	mutSettleStale              // the worker core settles a delivery whose connection is gone
+	mutDialStorm                // a reconnecting process waits half of what its backoff asks
+	mutAckTwice                 // the worker core asks for every acknowledgement twice
+	mutIgnoreTimeout            // the worker core runs handlers without their timeout
+	mutSchedOfferOnce           // a scheduler process that does not lead offers a token at its start only
 )
 
 // keepsDeliveries says that a delivery may be settled again after its
 // acknowledgement, so it must not be recycled then.
 func (m mutation) keepsDeliveries() bool {
-	return m == mutAckFirst || m == mutAckTwice || m == mutAckTwiceUnguarded
-}
-
-// consumeMutation is the consumer core's deliberate bug for m, if it is
-// one.
-func (m mutation) consumeMutation() consume.Mutation {
-	switch m {
-	case mutAckTwiceUnguarded:
-		return consume.MutSettleTwice
-	case mutIgnoreStale:
-		return consume.MutIgnoreStale
-	}
-	return consume.MutNone
+	return m == mutAckFirst || m == mutAckTwice
 }
 
 // coreMutation is the worker core's deliberate bug for m, if it is one.
@@ -95,7 +81,7 @@ func (m mutation) coreMutation() workercore.Mutation {
 		return workercore.MutAckFirst
 	case mutSettleStale:
 		return workercore.MutSettleStale
-	case mutAckTwice, mutAckTwiceUnguarded:
+	case mutAckTwice:
 		return workercore.MutAckTwice
 	case mutIgnoreTimeout:
 		return workercore.MutIgnoreTimeout
@@ -257,7 +243,8 @@ type oracle struct {
 	// (nil for a message that is not a job of the run).
 	relaying bool
 	relayJob *job
-	relay    relay.Stepper // what the relay subscriptions' deliveries are stepped through
+	relay    relay.Stepper    // what the relay subscriptions' deliveries are stepped through
+	settler  sabotage.Settler // how the workers settle their work deliveries: coreSettler, unless a test wraps it
 	// warming are jobs whose Enqueue waits for the warm-up of their young
 	// quorum work queue (rabbitmq.Topology.HoldWarmup).
 	warming  map[uint64]struct{}
@@ -356,9 +343,8 @@ type subscription struct {
 	closedByBroker bool
 }
 
-// attach makes core the subscription's, broken as mut says (tests only).
-func (s *subscription) attach(core *consume.Sub, mut consume.Mutation) {
-	core.SetMutation(mut)
+// attach makes core the subscription's.
+func (s *subscription) attach(core *consume.Sub) {
 	s.core = core
 	s.ch, _, s.in, _ = core.Current()
 }
@@ -381,6 +367,10 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	r.relay = relay.Core{}
 	if wrap := opts.Sabotage.Relay; wrap != nil {
 		r.relay = wrap(r.relay)
+	}
+	r.settler = coreSettler{}
+	if wrap := opts.Sabotage.Settle; wrap != nil {
+		r.settler = wrap(r.settler)
 	}
 	r.end = Start.Add(s.Duration.D())
 	r.stop = r.end.Add(s.Drain.D())

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/queuey/queuey/internal/consume"
+	"github.com/queuey/queuey/internal/sabotage"
 )
 
 func dur(d time.Duration) Duration { return Duration(d) }
@@ -292,6 +295,35 @@ func TestNegativeControlLegacyTopology(t *testing.T) {
 	}
 }
 
+// settleTwice settles through the consumer's core, and sends a second
+// settlement the core refuses to the broker anyway, past the core.
+func settleTwice(core sabotage.Settler) sabotage.Settler { return unguarded{core} }
+
+type unguarded struct{ sabotage.Settler }
+
+func (u unguarded) Ack(d *consume.Delivery) error {
+	if err := u.Settler.Ack(d); !errors.Is(err, consume.ErrSettled) {
+		return err
+	}
+	return d.D.Ack(false)
+}
+
+func (u unguarded) Requeue(d *consume.Delivery) error {
+	if err := u.Settler.Requeue(d); !errors.Is(err, consume.ErrSettled) {
+		return err
+	}
+	return d.D.Reject(true)
+}
+
+// neverStale settles through the consumer's core but calls no delivery
+// stale, so a worker publishes the successor of a job the broker has
+// requeued with its channel.
+func neverStale(core sabotage.Settler) sabotage.Settler { return staleBlind{core} }
+
+type staleBlind struct{ sabotage.Settler }
+
+func (staleBlind) Stale(*consume.Delivery) bool { return false }
+
 // TestChecksHaveTeeth breaks queuey on purpose, one way at a time, and
 // requires the invariant that forbids it to fire.
 func TestChecksHaveTeeth(t *testing.T) {
@@ -299,27 +331,29 @@ func TestChecksHaveTeeth(t *testing.T) {
 		name string
 		mut  mutation
 		inv  int
+		sab  sabotage.Set // a core wrapped by the test's own code
 	}{
-		{"holds released early", mutEarly, 1},
-		{"holds shorter than their TTL", mutEarly, 2},
-		{"a deferral spends an attempt", mutSpendAttempt, 3},
-		{"a deferral at priority 0", mutDeferPriority0, 4},
-		{"a retry lost", mutLoseRetry, 5},
-		{"a dead letter with the wrong reason", mutWrongReason, 8},
-		{"more hold queues than the bound", mutHoldBound, 7},
+		{"holds released early", mutEarly, 1, sabotage.Set{}},
+		{"holds shorter than their TTL", mutEarly, 2, sabotage.Set{}},
+		{"a deferral spends an attempt", mutSpendAttempt, 3, sabotage.Set{}},
+		{"a deferral at priority 0", mutDeferPriority0, 4, sabotage.Set{}},
+		{"a retry lost", mutLoseRetry, 5, sabotage.Set{}},
+		{"a dead letter with the wrong reason", mutWrongReason, 8, sabotage.Set{}},
+		{"more hold queues than the bound", mutHoldBound, 7, sabotage.Set{}},
 		// The worker core's own settlement, as Worker.Run runs it.
-		{"the core acks before the successor is confirmed", mutAckFirst, 5},
-		{"the core settles a pre-drop delivery on the new connection", mutSettleStale, 5},
-		// The consumer's core, as rabbitmq.Backend.Consume runs it.
-		{"a second acknowledgement reaches the broker", mutAckTwiceUnguarded, 10},
-		{"a delivery whose channel closed is not stale", mutIgnoreStale, 5},
+		{"the core acks before the successor is confirmed", mutAckFirst, 5, sabotage.Set{}},
+		{"the core settles a pre-drop delivery on the new connection", mutSettleStale, 5, sabotage.Set{}},
+		// The consumer's core, as rabbitmq.Backend.Consume runs it, its
+		// guards bypassed by wrappers below.
+		{"a second acknowledgement reaches the broker", mutAckTwice, 10, sabotage.Set{Settle: settleTwice}},
+		{"a delivery whose channel closed is not stale", mutNone, 5, sabotage.Set{Settle: neverStale}},
 		// The reconnection loop's shell, as rabbitmq.Connect's supervisor
 		// runs it.
-		{"a process redials before its backoff is over", mutDialStorm, 9},
+		{"a process redials before its backoff is over", mutDialStorm, 9, sabotage.Set{}},
 		// The worker core without its timeout: the broker takes back the
 		// delivery of a handler that outlasts its consumer timeout.
-		{"the worker ignores its timeout (4.0, classic)", mutIgnoreTimeout, 11},
-		{"the worker ignores its timeout (4.3, quorum)", mutIgnoreTimeout, 11},
+		{"the worker ignores its timeout (4.0, classic)", mutIgnoreTimeout, 11, sabotage.Set{}},
+		{"the worker ignores its timeout (4.3, quorum)", mutIgnoreTimeout, 11, sabotage.Set{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := mixed("classic", "RabbitMQ40")
@@ -340,7 +374,7 @@ func TestChecksHaveTeeth(t *testing.T) {
 					s = longJobs("quorum", "RabbitMQ43")
 				}
 			}
-			res, _ := run(t, s, Options{mutate: c.mut})
+			res, _ := run(t, s, Options{mutate: c.mut, Sabotage: c.sab})
 			for _, v := range res.Violations {
 				if v.Invariant == c.inv {
 					if len(v.Excerpt) == 0 {

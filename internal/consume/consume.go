@@ -10,7 +10,8 @@
 // and the property tests step the same core on their one goroutine,
 // through the backend (internal/backendhook), so that settle-once, Stale
 // and Generation are under every invariant they check
-// (docs/worker-core.md, "The consumer's core").
+// (docs/worker-core.md, "The consumer's core"); a test that breaks them on
+// purpose does so in its own code, around the core (internal/sabotage).
 package consume
 
 import (
@@ -33,21 +34,6 @@ type Channel interface {
 	Close() error
 }
 
-// Mutation breaks the core on purpose, for the tests that prove the
-// simulator's invariants notice (sim's mutation tests). Production never
-// sets one.
-type Mutation int
-
-const (
-	MutNone Mutation = iota
-	// MutSettleTwice lets a second settlement of a delivery reach the
-	// broker, where its unknown delivery tag closes the channel.
-	MutSettleTwice
-	// MutIgnoreStale has Stale say false for a delivery whose channel is
-	// gone, so the worker publishes its successor beside the requeued job.
-	MutIgnoreStale
-)
-
 // Sub is one subscription: a consumer tag on a queue, on one channel at a
 // time. Its methods are safe for concurrent use: in production, the
 // shell's goroutine resubscribes while handlers settle.
@@ -56,7 +42,6 @@ type Sub struct {
 	tag      string
 	prefetch int
 	args     amqp.Table // basic.consume's arguments; never modified
-	mutate   Mutation
 
 	mu     sync.Mutex
 	ch     Channel
@@ -105,10 +90,6 @@ func (s *Sub) subscribe(ch Channel) error {
 	s.mu.Unlock()
 	return nil
 }
-
-// SetMutation breaks the core on purpose (tests only); call it before
-// the first delivery.
-func (s *Sub) SetMutation(m Mutation) { s.mutate = m }
 
 // Tag is the consumer tag.
 func (s *Sub) Tag() string { return s.tag }
@@ -162,9 +143,6 @@ func (d *Delivery) Stale() bool {
 	s.mu.Lock()
 	ch, gen := s.ch, s.gen
 	s.mu.Unlock()
-	if s.mutate == MutIgnoreStale {
-		return false
-	}
 	return gen != d.gen || ch.IsClosed()
 }
 
@@ -185,7 +163,7 @@ func (d *Delivery) Requeue() error {
 }
 
 func (d *Delivery) settle(op string, send func() error) error {
-	if !d.done.CompareAndSwap(false, true) && d.sub.mutate != MutSettleTwice {
+	if !d.done.CompareAndSwap(false, true) {
 		// A second settlement would close the channel with 406
 		// PRECONDITION_FAILED (unknown delivery tag, docs/rabbitmq-semantics.md
 		// §E6): refuse it here.

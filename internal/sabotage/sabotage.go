@@ -8,7 +8,10 @@
 // more, through its unexported options.
 package sabotage
 
-import "github.com/queuey/queuey/internal/relay"
+import (
+	"github.com/queuey/queuey/internal/consume"
+	"github.com/queuey/queuey/internal/relay"
+)
 
 // Set is the deliberate bugs of one simulation. The zero value is the
 // product as it is.
@@ -18,6 +21,18 @@ type Set struct {
 	// Relay, if set, wraps the relay's core (internal/relay) that the
 	// workers' relay subscriptions drive.
 	Relay func(relay.Stepper) relay.Stepper
+	// Settle, if set, wraps how the simulated workers settle their work
+	// queues' deliveries: through the consumer's core (internal/consume),
+	// whose guards (settle once, Stale) a wrapper can bypass.
+	Settle func(Settler) Settler
+}
+
+// Settler settles deliveries of a work queue and says which are stale.
+// The simulator's own settles each through the consumer's core.
+type Settler interface {
+	Ack(d *consume.Delivery) error
+	Requeue(d *consume.Delivery) error
+	Stale(d *consume.Delivery) bool
 }
 
 // Kind is one deliberate bug.
