@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -375,34 +377,17 @@ func (r *Run) Timed() bool { return r.shortest > 0 }
 // deadline can pass before this much time after the run began.
 func (r *Run) Shortest() time.Duration { return r.shortest }
 
-// deadline notes a deadline of ms milliseconds (an argument's or a
-// property's value, of whatever type the scenario gave it); a value that
-// is not a positive number sets none.
+// deadline notes a deadline of v milliseconds (an argument's value, of
+// whatever integer type the scenario gave it, or an expiration's string);
+// a value that is not a positive integer sets none.
 func (r *Run) deadline(v any) {
 	var ms int64
-	switch v := v.(type) {
-	case int:
-		ms = int64(v)
-	case int8:
-		ms = int64(v)
-	case int16:
-		ms = int64(v)
-	case int32:
-		ms = int64(v)
-	case int64:
-		ms = v
-	case uint8:
-		ms = int64(v)
-	case uint16:
-		ms = int64(v)
-	case uint32:
-		ms = int64(v)
-	case float32:
-		ms = int64(v)
-	case float64:
-		ms = int64(v)
-	case string:
-		ms, _ = strconv.ParseInt(v, 10, 64)
+	if s, ok := v.(string); ok {
+		ms, _ = strconv.ParseInt(s, 10, 64)
+	} else if rv := reflect.ValueOf(v); rv.CanInt() {
+		ms = rv.Int()
+	} else if rv.CanUint() {
+		ms = int64(min(rv.Uint(), math.MaxInt64))
 	}
 	if d := time.Duration(ms) * time.Millisecond; d > 0 && (r.shortest == 0 || d < r.shortest) {
 		r.shortest = d

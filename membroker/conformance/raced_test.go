@@ -3,9 +3,11 @@ package conformance_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/membroker/conformance"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // TestModelFlagsRacingDeadLetters checks when the model reports that a live
@@ -117,5 +119,38 @@ func TestModelFlagsRacingDeadLetters(t *testing.T) {
 				t.Errorf("Raced() = %v, want %v; trace:\n  %s", m.Raced(), c.raced, strings.Join(trace, "\n  "))
 			}
 		})
+	}
+}
+
+// A run's shortest deadline comes from its positive TTLs, expirations and
+// x-expires, of whatever integer type; a TTL of 0 sets none.
+func TestRunShortestDeadline(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args amqp.Table
+		exp  string
+		want time.Duration
+	}{
+		{"ttl 0 is no deadline", amqp.Table{"x-message-ttl": int32(0)}, "", 0},
+		{"int32 ttl", amqp.Table{"x-message-ttl": int32(500)}, "", 500 * time.Millisecond},
+		{"int64 x-expires under a ttl", amqp.Table{"x-message-ttl": int64(60000), "x-expires": int64(2000)}, "", 2 * time.Second},
+		{"an expiration shorter than the ttl", amqp.Table{"x-message-ttl": 60000}, "250", 250 * time.Millisecond},
+		{"an expiration of 0", nil, "0", 0},
+	} {
+		run := conformance.NewRun(conformance.NewModel(membroker.RabbitMQ40), "cf-model-")
+		_, err := run.Execute(func(r *conformance.Run) {
+			ch := r.Channel(r.Dial())
+			q := r.Q("q")
+			r.Declare(ch, q, true, false, false, c.args)
+			if c.exp != "" {
+				r.Publish(ch, q, "m", amqp.Publishing{Expiration: c.exp})
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Shortest() != c.want || run.Timed() != (c.want > 0) {
+			t.Errorf("%s: shortest %s, timed %t; want %s", c.name, run.Shortest(), run.Timed(), c.want)
+		}
 	}
 }
