@@ -136,7 +136,7 @@ type worker struct {
 	idx    int
 	up     bool
 	starts int
-	core   *settle.Core[*delivery]      // made when the process starts; gone when it crashes
+	core   machineCore                  // made when the process starts; gone when it crashes
 	x      *execute.Executor[*delivery] // carries out core's actions
 	gen    workercore.Gen               // its connection's generation in the core
 	conn   *membroker.Connection
@@ -323,19 +323,76 @@ func (m *machine) start(t rapid.TB, w *worker) {
 	w.ch = ch.(*membroker.Channel)
 }
 
-// newCore starts w's process: a worker core, with the machine's sabotage
-// if it breaks the core.
+// newCore starts w's process: a worker core, wrapped in a broken one
+// (below) if the machine's sabotage breaks the core.
 func (m *machine) newCore(w *worker) {
-	var mut workercore.Mutation
+	w.core = settle.New[*delivery]([]queuey.QueueConfig{m.qcfg}, workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay})
 	switch m.sabotage {
 	case sabAckFirst:
-		mut = workercore.MutAckFirst
+		w.core = ackFirst(w.core)
 	case sabSettleStale:
-		mut = workercore.MutSettleStale
+		w.core = deafCore{w.core}
 	}
-	w.core = settle.New[*delivery]([]queuey.QueueConfig{m.qcfg}, workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay, Mutate: mut})
 	w.x = execute.New[*delivery](ctx, w.core, settler{m, w}, machineBackend{m, w}, []queuey.QueueConfig{m.qcfg})
 }
+
+// machineCore is a worker core of the machine's.
+type machineCore = execute.Core[*delivery]
+
+type coreAction = execute.Action[*delivery]
+
+// ackFirst wraps core so that it acknowledges a delivery as its
+// successor's publish starts, not once the broker confirmed it, and drops
+// the core's own acknowledgement of it later. The product's core has no
+// such switch: the broken code is this test's.
+func ackFirst(core machineCore) machineCore {
+	return &earlyAcker{machineCore: core, early: map[workercore.ID]bool{}}
+}
+
+type earlyAcker struct {
+	machineCore
+	early map[workercore.ID]bool
+}
+
+func (c *earlyAcker) rewrite(acts []coreAction, from int) []coreAction {
+	for i := from; i < len(acts); i++ {
+		a := acts[i]
+		switch {
+		case a.Kind == workercore.Publish && !a.Malformed:
+			ack := a
+			ack.Kind = workercore.Ack
+			c.early[a.ID] = true
+			acts = slices.Insert(acts, i, ack)
+			i++
+		case a.Kind == workercore.Ack && c.early[a.ID]:
+			delete(c.early, a.ID)
+			acts = slices.Delete(acts, i, i+1)
+			i--
+		}
+	}
+	return acts
+}
+
+func (c *earlyAcker) HandlerDecided(acts []coreAction, id workercore.ID, dec settle.Decision, publish bool) []coreAction {
+	n := len(acts)
+	return c.rewrite(c.machineCore.HandlerDecided(acts, id, dec, publish), n)
+}
+
+func (c *earlyAcker) HandlerAbandoned(acts []coreAction, id workercore.ID, dec settle.Decision, publish bool) []coreAction {
+	n := len(acts)
+	return c.rewrite(c.machineCore.HandlerAbandoned(acts, id, dec, publish), n)
+}
+
+func (c *earlyAcker) Published(acts []coreAction, id workercore.ID, err error) []coreAction {
+	n := len(acts)
+	return c.rewrite(c.machineCore.Published(acts, id, err), n)
+}
+
+// deafCore never hears that a connection is gone, so it settles a
+// delivery of a dropped connection as if it were not.
+type deafCore struct{ machineCore }
+
+func (deafCore) ConnectionLost(acts []coreAction, _ workercore.Gen) []coreAction { return acts }
 
 // setSabotage breaks the settlement path, before anything is delivered.
 func (m *machine) setSabotage(s sabotage) {
@@ -1001,7 +1058,7 @@ func (m *machine) loseConnection(w *worker) []*job {
 	}
 	w.up, w.unread = false, nil
 	m.carried = m.carried[:0]
-	w.x.Step(func(c *settle.Core[*delivery], acts []settle.Action[*delivery]) []settle.Action[*delivery] {
+	w.x.Step(func(c machineCore, acts []coreAction) []coreAction {
 		return c.ConnectionLost(acts, w.gen)
 	})
 	for _, k := range m.carried {

@@ -193,26 +193,6 @@ func TestScenarioPropertyCatchesTheLegacyTopology(t *testing.T) {
 	}
 }
 
-// With a worker that ignores its handlers' timeout (sabotage
-// WorkerIgnoresTimeout), long handlers outlast the broker's consumer
-// timeout, the broker takes their jobs back, and rapid finds a violation of
-// invariant 11 (no job runs more than its attempts allow). The scenarios
-// are the property's own, with long jobs forced: a 1 s timeout, handlers
-// that ignore it, Pareto runs of 20 s on average, and 10 minutes of drain.
-func TestScenarioPropertyCatchesAWorkerIgnoringItsTimeout(t *testing.T) {
-	long := rapid.Map(scenarioGen(), func(s sim.Scenario) sim.Scenario {
-		s.Drain = sim.Duration(10 * time.Minute)
-		for i := range s.Queues {
-			q := &s.Queues[i]
-			q.Timeout = sim.Duration(time.Second)
-			q.Outcome.IgnoreContext = 1
-			q.Outcome.Handler = sim.Dist{Dist: sim.DistPareto, Mean: sim.Duration(20 * time.Second), Alpha: 1.1}
-		}
-		return s
-	})
-	expectSabotageCaught(t, long, simsabotage.Set{Kind: simsabotage.WorkerIgnoresTimeout}, 11)
-}
-
 // With a scheduler group whose election queue lacks single active
 // consumer (sabotage SchedulerWithoutSAC), every process leads, and rapid
 // finds a violation of invariant 12: a tick enqueued twice with no fault

@@ -245,7 +245,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			for {
 				select {
 				case g := <-lost:
-					s.x.Step(func(c *settle.Core[Delivery], acts []coreAction) []coreAction {
+					s.x.Step(func(c execute.Core[Delivery], acts []coreAction) []coreAction {
 						return s.resume(c, acts, p, g+1)
 					})
 				case <-p.drained:
@@ -262,7 +262,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	case e := <-ended:
 		if e.err != nil {
 			runErr = fmt.Errorf("queuey: consumer ended: %w", e.err)
-			s.x.Step(func(c *settle.Core[Delivery], acts []coreAction) []coreAction {
+			s.x.Step(func(c execute.Core[Delivery], acts []coreAction) []coreAction {
 				return c.ConnectionLost(acts, e.gen)
 			})
 		}
@@ -270,7 +270,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Stop: no new handler starts, and a job waiting to be requeued is
 	// requeued now. Keep the channels open so that running handlers can
 	// still settle their jobs.
-	s.x.Step((*settle.Core[Delivery]).Stop)
+	s.x.Step(execute.Core[Delivery].Stop)
 	stopConsuming()
 	for _, c := range consumers {
 		_ = c.Cancel()
@@ -447,7 +447,7 @@ func (p *pool) deliver(d Delivery) {
 	if g > p.gen.Load() {
 		// The consumer lost its channel and resumed; this delivery may
 		// have come before the watcher took the news from Lost.
-		s.x.Step(func(c *settle.Core[Delivery], acts []coreAction) []coreAction {
+		s.x.Step(func(c execute.Core[Delivery], acts []coreAction) []coreAction {
 			return s.resume(c, acts, p, g)
 		})
 	}
@@ -459,7 +459,7 @@ func (p *pool) deliver(d Delivery) {
 // Both the watcher (from Lost) and a handler (a delivery of a newer
 // channel) call it, inside the executor's Step; whichever comes second
 // does nothing.
-func (s *shell) resume(core *settle.Core[Delivery], acts []coreAction, p *pool, gen uint64) []coreAction {
+func (s *shell) resume(core execute.Core[Delivery], acts []coreAction, p *pool, gen uint64) []coreAction {
 	lost := p.gen.Load()
 	if gen <= lost {
 		return acts

@@ -66,7 +66,7 @@ func (r *runner) startWorker(w *worker) error {
 	// more, and a handler still running reports to no one.
 	lost := w.lost
 	w.lost = w.lost[:0]
-	w.x.Step(func(c *settle.Core[*simDelivery], acts []simAction) []simAction {
+	w.x.Step(func(c execute.Core[*simDelivery], acts []simAction) []simAction {
 		for _, g := range lost {
 			acts = c.ConnectionLost(acts, g)
 		}
@@ -172,8 +172,10 @@ var _ execute.Shell[*simDelivery] = proc{}
 // newExecutor starts w's process: its worker core and the executor that
 // carries out the core's actions.
 func (r *runner) newExecutor(w *worker) {
-	w.core = settle.New[*simDelivery]([]queuey.QueueConfig{w.q.cfg},
-		workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay, Mutate: r.opts.mutate.coreMutation()})
+	w.core = settle.New[*simDelivery]([]queuey.QueueConfig{w.q.cfg}, workercore.Config{RequeueDelay: queuey.DefaultRequeueDelay})
+	if wrap := r.opts.wrapCore; wrap != nil {
+		w.core = wrap(w.core)
+	}
 	w.x = execute.New[*simDelivery](r.bg, w.core, proc{r, w}, procBackend{r, w}, []queuey.QueueConfig{w.q.cfg})
 }
 
@@ -344,7 +346,7 @@ func (p proc) Before(a simAction) {
 			d.j.returns++
 		}
 	case workercore.Drop:
-		// Not recycled: rare, and a broken core (mutSettleStale) may still
+		// Not recycled: rare, and a broken core (settleStale) may still
 		// settle it.
 		r.emit(Event{Kind: EvSettleFailed, Job: d.n, Queue: w.q.spec.Name, Worker: w.idx, Detail: "its connection is gone: outcome dropped"})
 	}
@@ -497,7 +499,7 @@ func (r *runner) acked(w *worker, a *simAction, err error) {
 		return
 	}
 	if a.Malformed {
-		if err == nil && !r.opts.mutate.keepsDeliveries() {
+		if err == nil && !r.opts.keepsDeliveries() {
 			r.recycle(d)
 		}
 		if w.sub != sub || sub.ch.IsClosed() {
@@ -512,7 +514,7 @@ func (r *runner) acked(w *worker, a *simAction, err error) {
 		return
 	}
 	sub.release(j.n)
-	if !r.opts.mutate.keepsDeliveries() { // under those, the core may settle it again
+	if !r.opts.keepsDeliveries() { // under those, the core may settle it again
 		r.recycle(d)
 	}
 	j.copies--

@@ -45,6 +45,12 @@ type Options struct {
 	Sabotage sabotage.Set
 
 	mutate mutation // tests only: break queuey on purpose to prove a check fires
+
+	// wrapCore, if set, wraps each worker process's core (the product's
+	// settle.Core) before its executor drives it: a test's own code that
+	// breaks the core on purpose. A wrapped core may settle a delivery
+	// again after acknowledging it, so deliveries are then not reused.
+	wrapCore func(execute.Core[*simDelivery]) execute.Core[*simDelivery]
 }
 
 // mutation is a deliberate bug the tests inject to show that an invariant
@@ -60,34 +66,13 @@ const (
 	mutWrongReason              // a dead letter is published with another reason
 	mutHoldBound                // the hold-queue bound is taken as 1
 	mutHoldExpires2TTL          // hold queues are declared with seed 000's x-expires, 2 × TTL
-	mutAckFirst                 // the worker core acknowledges before the successor is confirmed
-	mutSettleStale              // the worker core settles a delivery whose connection is gone
 	mutDialStorm                // a reconnecting process waits half of what its backoff asks
-	mutAckTwice                 // the worker core asks for every acknowledgement twice
-	mutIgnoreTimeout            // the worker core runs handlers without their timeout
 	mutSchedOfferOnce           // a scheduler process that does not lead offers a token at its start only
 )
 
 // keepsDeliveries says that a delivery may be settled again after its
 // acknowledgement, so it must not be recycled then.
-func (m mutation) keepsDeliveries() bool {
-	return m == mutAckFirst || m == mutAckTwice
-}
-
-// coreMutation is the worker core's deliberate bug for m, if it is one.
-func (m mutation) coreMutation() workercore.Mutation {
-	switch m {
-	case mutAckFirst:
-		return workercore.MutAckFirst
-	case mutSettleStale:
-		return workercore.MutSettleStale
-	case mutAckTwice:
-		return workercore.MutAckTwice
-	case mutIgnoreTimeout:
-		return workercore.MutIgnoreTimeout
-	}
-	return workercore.MutNone
-}
+func (o Options) keepsDeliveries() bool { return o.wrapCore != nil }
 
 // Start is the virtual instant every run starts at.
 var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -108,9 +93,6 @@ func Run(ctx context.Context, s Scenario, opts Options) (*Result, error) {
 	if opts.MaxViolations == 0 {
 		opts.MaxViolations = 20
 	}
-	if opts.Sabotage.Kind == sabotage.WorkerIgnoresTimeout {
-		opts.mutate = mutIgnoreTimeout
-	}
 	res, err := runOnce(ctx, s, opts, nil)
 	if err != nil || len(res.Violations) == 0 || opts.NoExcerpts {
 		return res, err
@@ -125,7 +107,7 @@ func Run(ctx context.Context, s Scenario, opts Options) (*Result, error) {
 		}
 		ex.until = max(ex.until, v.seq)
 	}
-	again, err := runOnce(ctx, s, Options{MaxViolations: opts.MaxViolations, Sabotage: opts.Sabotage, mutate: opts.mutate}, ex)
+	again, err := runOnce(ctx, s, Options{MaxViolations: opts.MaxViolations, Sabotage: opts.Sabotage, mutate: opts.mutate, wrapCore: opts.wrapCore}, ex)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +274,7 @@ type worker struct {
 	relaySub *subscription
 	// core is the process's worker core: made when the process starts,
 	// kept across its reconnections, gone when it dies.
-	core    *settle.Core[*simDelivery]
+	core    execute.Core[*simDelivery]
 	x       *execute.Executor[*simDelivery] // carries out core's actions
 	lost    []workercore.Gen                // connections lost that the core has yet to hear of
 	connGen workercore.Gen                  // connections so far: the core's generation of the current one

@@ -331,50 +331,48 @@ func TestChecksHaveTeeth(t *testing.T) {
 		name string
 		mut  mutation
 		inv  int
-		sab  sabotage.Set // a core wrapped by the test's own code
+		sab  sabotage.Set          // a core wrapped by the test's own code
+		core func(simCore) simCore // the worker core, wrapped by the test's own code (mutations_test.go)
+		s    func() Scenario       // the scenario, if not mixed's
 	}{
-		{"holds released early", mutEarly, 1, sabotage.Set{}},
-		{"holds shorter than their TTL", mutEarly, 2, sabotage.Set{}},
-		{"a deferral spends an attempt", mutSpendAttempt, 3, sabotage.Set{}},
-		{"a deferral at priority 0", mutDeferPriority0, 4, sabotage.Set{}},
-		{"a retry lost", mutLoseRetry, 5, sabotage.Set{}},
-		{"a dead letter with the wrong reason", mutWrongReason, 8, sabotage.Set{}},
-		{"more hold queues than the bound", mutHoldBound, 7, sabotage.Set{}},
-		// The worker core's own settlement, as Worker.Run runs it.
-		{"the core acks before the successor is confirmed", mutAckFirst, 5, sabotage.Set{}},
-		{"the core settles a pre-drop delivery on the new connection", mutSettleStale, 5, sabotage.Set{}},
+		{"holds released early", mutEarly, 1, sabotage.Set{}, nil, nil},
+		{"holds shorter than their TTL", mutEarly, 2, sabotage.Set{}, nil, nil},
+		{"a deferral spends an attempt", mutSpendAttempt, 3, sabotage.Set{}, nil, nil},
+		{"a deferral at priority 0", mutDeferPriority0, 4, sabotage.Set{}, nil, nil},
+		{"a retry lost", mutLoseRetry, 5, sabotage.Set{}, nil, nil},
+		{"a dead letter with the wrong reason", mutWrongReason, 8, sabotage.Set{}, nil, nil},
+		{"more hold queues than the bound", mutHoldBound, 7, sabotage.Set{}, nil, func() Scenario {
+			s := mixed("classic", "RabbitMQ40")
+			s.Topology.HoldType = "classic" // the ladder's rungs are declared with the queue
+			return s
+		}},
+		// The worker core's own settlement, as Worker.Run runs it. A
+		// successor the broker refuses: acknowledged first, the job is
+		// gone.
+		{"the core acks before the successor is confirmed", mutNone, 5, sabotage.Set{}, ackFirst, refusedHold},
+		{"the core settles a pre-drop delivery on the new connection", mutNone, 5, sabotage.Set{}, settleStale, nil},
 		// The consumer's core, as rabbitmq.Backend.Consume runs it, its
 		// guards bypassed by wrappers below.
-		{"a second acknowledgement reaches the broker", mutAckTwice, 10, sabotage.Set{Settle: settleTwice}},
-		{"a delivery whose channel closed is not stale", mutNone, 5, sabotage.Set{Settle: neverStale}},
+		{"a second acknowledgement reaches the broker", mutNone, 10, sabotage.Set{Settle: settleTwice}, ackTwice, nil},
+		{"a delivery whose channel closed is not stale", mutNone, 5, sabotage.Set{Settle: neverStale}, nil, nil},
 		// The reconnection loop's shell, as rabbitmq.Connect's supervisor
 		// runs it.
-		{"a process redials before its backoff is over", mutDialStorm, 9, sabotage.Set{}},
+		{"a process redials before its backoff is over", mutDialStorm, 9, sabotage.Set{}, nil, func() Scenario {
+			s := mixed("classic", "RabbitMQ40")
+			s.Faults = append(s.Faults, Fault{At: dur(30 * time.Second), Kind: FaultOutage, For: dur(10 * time.Second)})
+			return s
+		}},
 		// The worker core without its timeout: the broker takes back the
 		// delivery of a handler that outlasts its consumer timeout.
-		{"the worker ignores its timeout (4.0, classic)", mutIgnoreTimeout, 11, sabotage.Set{}},
-		{"the worker ignores its timeout (4.3, quorum)", mutIgnoreTimeout, 11, sabotage.Set{}},
+		{"the worker ignores its timeout (4.0, classic)", mutNone, 11, sabotage.Set{}, ignoreTimeout, func() Scenario { return longJobs("classic", "RabbitMQ40") }},
+		{"the worker ignores its timeout (4.3, quorum)", mutNone, 11, sabotage.Set{}, ignoreTimeout, func() Scenario { return longJobs("quorum", "RabbitMQ43") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := mixed("classic", "RabbitMQ40")
-			if c.mut == mutHoldBound {
-				s.Topology.HoldType = "classic" // the ladder's rungs are declared with the queue
+			if c.s != nil {
+				s = c.s()
 			}
-			if c.mut == mutAckFirst {
-				// A successor the broker refuses: acknowledged first, the
-				// job is gone.
-				s = refusedHold()
-			}
-			if c.mut == mutDialStorm {
-				s.Faults = append(s.Faults, Fault{At: dur(30 * time.Second), Kind: FaultOutage, For: dur(10 * time.Second)})
-			}
-			if c.mut == mutIgnoreTimeout {
-				s = longJobs("classic", "RabbitMQ40")
-				if strings.Contains(c.name, "4.3") {
-					s = longJobs("quorum", "RabbitMQ43")
-				}
-			}
-			res, _ := run(t, s, Options{mutate: c.mut, Sabotage: c.sab})
+			res, _ := run(t, s, Options{mutate: c.mut, Sabotage: c.sab, wrapCore: c.core})
 			for _, v := range res.Violations {
 				if v.Invariant == c.inv {
 					if len(v.Excerpt) == 0 {
@@ -393,7 +391,7 @@ func TestChecksHaveTeeth(t *testing.T) {
 // second acknowledgement is refused before it reaches the broker. Let
 // through, it fails invariant 10 (TestChecksHaveTeeth).
 func TestSettleOnceGuardHoldsUnderABrokenCore(t *testing.T) {
-	res, trace := run(t, mixed("classic", "RabbitMQ40"), Options{mutate: mutAckTwice})
+	res, trace := run(t, mixed("classic", "RabbitMQ40"), Options{wrapCore: ackTwice})
 	requireNoViolations(t, res)
 	if n := strings.Count(trace, "second ack: already settled"); n < 100 {
 		t.Fatalf("%d second acknowledgements refused by the consumer's core, want every one of the run's", n)

@@ -41,11 +41,6 @@ type Kind int
 const (
 	// None is the product as it is.
 	None Kind = iota
-	// WorkerIgnoresTimeout runs every handler without its queue's
-	// timeout: the worker neither ends its context nor abandons it, so a
-	// handler that outlasts the broker's consumer timeout has its job
-	// taken back and run again (sim's invariant 11).
-	WorkerIgnoresTimeout
 	// SchedulerWithoutSAC declares the periodic scheduler group's
 	// election queue without single active consumer, so that every
 	// process gets tokens and leads at once: ticks enqueued more than

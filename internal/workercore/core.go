@@ -153,30 +153,7 @@ type Config struct {
 	// before it is returned to its queue. Required: the shell applies its
 	// own default.
 	RequeueDelay time.Duration
-	// Mutate breaks the core on purpose, for tests that prove a check
-	// catches the bug. Zero in the product.
-	Mutate Mutation
 }
-
-// Mutation is a deliberate bug, injected by tests only.
-type Mutation int
-
-const (
-	// MutNone is the product.
-	MutNone Mutation = iota
-	// MutAckFirst acknowledges a delivery before its successor is
-	// published.
-	MutAckFirst
-	// MutSettleStale settles a delivery whose connection is gone as if it
-	// were not.
-	MutSettleStale
-	// MutAckTwice asks for every acknowledgement twice, which the
-	// consumer's settle-once guard must refuse (internal/consume).
-	MutAckTwice
-	// MutIgnoreTimeout runs handlers without their queue's timeout
-	// (RunHandler's Delay is 0): none is timed out or abandoned.
-	MutIgnoreTimeout
-)
 
 type phase int
 
@@ -197,7 +174,6 @@ type entry[M Message, J, D any] struct {
 	malformed bool
 	phase     phase
 	lost      bool // its connection went
-	acked     bool // MutAckFirst only: acknowledged before its publish
 }
 
 type abandonedRun[J any] struct {
@@ -250,9 +226,6 @@ func (c *Core[M, J, D]) ConnectionUp(gen Gen) {
 // dropped when it reports.
 func (c *Core[M, J, D]) ConnectionLost(acts []Action[M, J, D], gen Gen) []Action[M, J, D] {
 	delete(c.live, gen)
-	if c.cfg.Mutate == MutSettleStale {
-		return acts
-	}
 	// In ID order, so the actions are the same on every run.
 	for _, id := range c.sortedIDs() {
 		e := c.inflight[id]
@@ -288,7 +261,7 @@ func (c *Core[M, J, D]) DeliverDecoded(acts []Action[M, J, D], q int, gen Gen, m
 	e := c.newEntry()
 	e.id, e.queue, e.gen, e.msg = c.next, q, gen, m
 	switch {
-	case !c.live[gen] && c.cfg.Mutate != MutSettleStale:
+	case !c.live[gen]:
 		// Its connection went before it was even taken.
 		e.lost = true
 		acts, a := c.emit(acts, Drop, e)
@@ -309,9 +282,7 @@ func (c *Core[M, J, D]) DeliverDecoded(acts []Action[M, J, D], q int, gen Gen, m
 	}
 	e.job = job
 	acts, a := c.emit(acts, RunHandler, e)
-	if c.cfg.Mutate != MutIgnoreTimeout {
-		a.Delay = c.rules.Timeout(q)
-	}
+	a.Delay = c.rules.Timeout(q)
 	return acts
 }
 
@@ -401,18 +372,11 @@ func (c *Core[M, J, D]) decided(acts []Action[M, J, D], e *entry[M, J, D], dec D
 		// with no copy kept in e.
 		acts, a := c.emit(acts, Ack, e)
 		a.Decision, a.Decided = dec, true
-		if c.cfg.Mutate == MutAckTwice {
-			acts = append(acts, *a)
-		}
 		c.settled(e)
 		return c.maybeDone(acts)
 	}
 	e.dec, e.decided = dec, true
 	e.phase = phPublishing
-	if c.cfg.Mutate == MutAckFirst {
-		e.acked = true
-		acts, _ = c.emit(acts, Ack, e)
-	}
 	acts, _ = c.emit(acts, Publish, e)
 	return acts
 }
@@ -430,14 +394,8 @@ func (c *Core[M, J, D]) Published(acts []Action[M, J, D], id ID, err error) []Ac
 	switch {
 	case e.lost:
 		return c.maybeDone(c.drop(acts, e))
-	case e.acked:
-		c.settled(e) // MutAckFirst: whatever the publish did, it is gone
-		return c.maybeDone(acts)
 	case err == nil:
-		acts, a := c.emit(acts, Ack, e)
-		if c.cfg.Mutate == MutAckTwice {
-			acts = append(acts, *a)
-		}
+		acts, _ = c.emit(acts, Ack, e)
 		c.settled(e)
 		return c.maybeDone(acts)
 	case c.stopping:

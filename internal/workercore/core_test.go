@@ -35,9 +35,9 @@ func (rules) Timeout(q int) time.Duration { return time.Minute }
 type core = Core[msg, string, string]
 type acts = []Action[msg, string, string]
 
-func newCore(t *testing.T, m Mutation) *core {
+func newCore(t *testing.T) *core {
 	t.Helper()
-	c := New[msg](Rules[string, string](rules{}), Config{RequeueDelay: time.Second, Mutate: m})
+	c := New[msg](Rules[string, string](rules{}), Config{RequeueDelay: time.Second})
 	c.ConnectionUp(1)
 	return c
 }
@@ -74,7 +74,7 @@ var errFailed = errors.New("handler failed")
 var errRefused = errors.New("publish refused")
 
 func TestSettlementOrder(t *testing.T) {
-	c := newCore(t, MutNone)
+	c := newCore(t)
 	expect(t, "deliver", c.Deliver(nil, 0, 1, "a"), "run-handler(1)")
 	expect(t, "success", c.HandlerDone(nil, 1, nil, 0), "ack(1)")
 
@@ -88,7 +88,7 @@ func TestSettlementOrder(t *testing.T) {
 }
 
 func TestAFailedSettlementIsRequeuedAfterTheDelay(t *testing.T) {
-	c := newCore(t, MutNone)
+	c := newCore(t)
 	c.Deliver(nil, 0, 1, "a")
 	c.HandlerDone(nil, 1, errFailed, 0)
 	expect(t, "refused", c.Published(nil, 1, errRefused), "start-timer(1) 1s")
@@ -97,7 +97,7 @@ func TestAFailedSettlementIsRequeuedAfterTheDelay(t *testing.T) {
 }
 
 func TestMalformedBodiesAreDeadLetteredThenAcked(t *testing.T) {
-	c := newCore(t, MutNone)
+	c := newCore(t)
 	got := c.Deliver(nil, 0, 1, "bad")
 	expect(t, "deliver", got, "publish(1) malformed")
 	if got[0].Err == nil {
@@ -107,7 +107,7 @@ func TestMalformedBodiesAreDeadLetteredThenAcked(t *testing.T) {
 }
 
 func TestStop(t *testing.T) {
-	c := newCore(t, MutNone)
+	c := newCore(t)
 	c.Deliver(nil, 0, 1, "a") // 1: waiting to be requeued
 	c.HandlerDone(nil, 1, errFailed, 0)
 	c.Published(nil, 1, errRefused)
@@ -121,14 +121,14 @@ func TestStop(t *testing.T) {
 	expect(t, "the last handler returns", c.HandlerDone(nil, 2, nil, 0), "ack(2); done")
 	expect(t, "stop again", c.Stop(nil), "")
 
-	idle := newCore(t, MutNone)
+	idle := newCore(t)
 	expect(t, "stop with nothing in flight", idle.Stop(nil), "done")
 }
 
 // A delivery whose connection went is never settled, whatever phase it was
 // in; nothing is published for it.
 func TestADeliveryOfALostConnectionIsDropped(t *testing.T) {
-	c := newCore(t, MutNone)
+	c := newCore(t)
 	c.Deliver(nil, 0, 1, "running")    // 1
 	c.Deliver(nil, 0, 1, "publishing") // 2
 	c.HandlerDone(nil, 2, errFailed, 0)
@@ -146,19 +146,6 @@ func TestADeliveryOfALostConnectionIsDropped(t *testing.T) {
 	expect(t, "stop", c.Stop(nil), "done")
 }
 
-func TestMutationsBreakTheContracts(t *testing.T) {
-	c := newCore(t, MutAckFirst)
-	c.Deliver(nil, 0, 1, "a")
-	expect(t, "ack first", c.HandlerDone(nil, 1, errFailed, 0), "ack(1); publish(1) successor of a")
-	expect(t, "refused after the ack", c.Published(nil, 1, errRefused), "")
-
-	c = newCore(t, MutSettleStale)
-	c.Deliver(nil, 0, 1, "a")
-	c.ConnectionLost(nil, 1)
-	c.ConnectionUp(2)
-	expect(t, "settle stale", c.HandlerDone(nil, 1, errFailed, 0), "publish(1) successor of a")
-}
-
 func TestEventsForUnknownDeliveriesPanic(t *testing.T) {
 	for name, f := range map[string]func(c *core){
 		"HandlerDone": func(c *core) { c.HandlerDone(nil, 9, nil, 0) },
@@ -170,7 +157,7 @@ func TestEventsForUnknownDeliveriesPanic(t *testing.T) {
 					t.Fatal("no panic")
 				}
 			}()
-			f(newCore(t, MutNone))
+			f(newCore(t))
 		})
 	}
 }
@@ -192,7 +179,7 @@ func BenchmarkSettleSuccess(b *testing.B) {
 // A handler that overruns its timeout is abandoned: its job is settled
 // without it, and when it returns at last, only Late answers.
 func TestAnAbandonedHandlerSettlesItsJobOnce(t *testing.T) {
-	c := newCore(t, MutNone)
+	c := newCore(t)
 	run := c.Deliver(nil, 0, 1, "j1")
 	if show(run) != "run-handler(1)" || run[0].Delay != time.Minute {
 		t.Fatalf("deliver: %s, timeout %s", show(run), run[0].Delay)
@@ -227,7 +214,7 @@ func TestAnAbandonedHandlerSettlesItsJobOnce(t *testing.T) {
 
 // An abandoned handler whose connection went is dropped, not settled.
 func TestAnAbandonedHandlerOfALostConnectionIsDropped(t *testing.T) {
-	c := newCore(t, MutNone)
+	c := newCore(t)
 	c.Deliver(nil, 0, 1, "j1")
 	c.ConnectionLost(nil, 1)
 	if got := c.HandlerAbandoned(nil, 1, "x", true); show(got) != "abandon(1); drop(1)" {

@@ -1,0 +1,163 @@
+package sim
+
+// Broken worker cores, written here, in test code: each wraps the
+// product's core (internal/settle over internal/workercore) and rewrites
+// what it answers, so that TestChecksHaveTeeth can show an invariant
+// fire. The product's core has no switch for any of them.
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/queuey/queuey/internal/execute"
+	"github.com/queuey/queuey/internal/settle"
+	"github.com/queuey/queuey/internal/workercore"
+	"github.com/queuey/queuey/queuey/envelope"
+)
+
+type simCore = execute.Core[*simDelivery]
+
+// rewritten forwards every event to the product's core, then hands the
+// actions the core appended (from index from) to rewrite.
+type rewritten struct {
+	simCore
+	rewrite func(acts []simAction, from int) []simAction
+}
+
+func (c rewritten) DeliverDecoded(acts []simAction, q int, gen workercore.Gen, m *simDelivery, job envelope.Envelope, err error) []simAction {
+	n := len(acts)
+	return c.rewrite(c.simCore.DeliverDecoded(acts, q, gen, m, job, err), n)
+}
+
+func (c rewritten) HandlerDecided(acts []simAction, id workercore.ID, dec settle.Decision, publish bool) []simAction {
+	n := len(acts)
+	return c.rewrite(c.simCore.HandlerDecided(acts, id, dec, publish), n)
+}
+
+func (c rewritten) HandlerAbandoned(acts []simAction, id workercore.ID, dec settle.Decision, publish bool) []simAction {
+	n := len(acts)
+	return c.rewrite(c.simCore.HandlerAbandoned(acts, id, dec, publish), n)
+}
+
+func (c rewritten) Published(acts []simAction, id workercore.ID, err error) []simAction {
+	n := len(acts)
+	return c.rewrite(c.simCore.Published(acts, id, err), n)
+}
+
+func (c rewritten) TimerFired(acts []simAction, id workercore.ID) []simAction {
+	n := len(acts)
+	return c.rewrite(c.simCore.TimerFired(acts, id), n)
+}
+
+func (c rewritten) ConnectionLost(acts []simAction, gen workercore.Gen) []simAction {
+	n := len(acts)
+	return c.rewrite(c.simCore.ConnectionLost(acts, gen), n)
+}
+
+func (c rewritten) Stop(acts []simAction) []simAction {
+	n := len(acts)
+	return c.rewrite(c.simCore.Stop(acts), n)
+}
+
+// ackFirst acknowledges a delivery as its successor's publish starts, not
+// once the broker has confirmed it; the core's own acknowledgement of it
+// later is dropped.
+func ackFirst(core simCore) simCore {
+	early := map[workercore.ID]bool{}
+	return rewritten{core, func(acts []simAction, from int) []simAction {
+		for i := from; i < len(acts); i++ {
+			a := acts[i]
+			switch {
+			case a.Kind == workercore.Publish && !a.Malformed:
+				ack := a
+				ack.Kind = workercore.Ack
+				early[a.ID] = true
+				acts = slices.Insert(acts, i, ack)
+				i++
+			case a.Kind == workercore.Ack && early[a.ID]:
+				delete(early, a.ID)
+				acts = slices.Delete(acts, i, i+1)
+				i--
+			}
+		}
+		return acts
+	}}
+}
+
+// ackTwice asks for every acknowledgement twice, which the consumer's
+// settle-once guard must refuse.
+func ackTwice(core simCore) simCore {
+	return rewritten{core, func(acts []simAction, from int) []simAction {
+		for i := from; i < len(acts); i++ {
+			if acts[i].Kind == workercore.Ack {
+				acts = slices.Insert(acts, i+1, acts[i])
+				i++
+			}
+		}
+		return acts
+	}}
+}
+
+// ignoreTimeout runs handlers without their queue's timeout: none is
+// timed out or abandoned.
+func ignoreTimeout(core simCore) simCore {
+	return rewritten{core, func(acts []simAction, from int) []simAction {
+		for i := from; i < len(acts); i++ {
+			if acts[i].Kind == workercore.RunHandler {
+				acts[i].Delay = 0
+			}
+		}
+		return acts
+	}}
+}
+
+// settleStale never hears that a connection is gone, so it settles a
+// delivery of a dropped connection as if it were not: it publishes the
+// job's successor beside the copy the broker requeued.
+func settleStale(core simCore) simCore { return deaf{core} }
+
+type deaf struct{ simCore }
+
+func (deaf) ConnectionLost(acts []simAction, _ workercore.Gen) []simAction { return acts }
+
+// With a worker core that ignores its handlers' timeout (ignoreTimeout),
+// long handlers outlast the broker's consumer timeout, the broker takes
+// their jobs back, and invariant 11 (no job runs more than its attempts
+// allow) fires. Not only in longJobs: among random scenarios of long
+// handlers on both profiles and queue types, drawn from a fixed seed, it
+// fires in 5 of 12 (never on 4.3's classic queues, which have no consumer
+// timeout at all: docs/consumer-timeout.md), and the product's core
+// passes every one of them.
+func TestInvariant11CatchesAWorkerIgnoringItsTimeout(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(41, 11))
+	caught := 0
+	const scenarios = 12
+	for i := range scenarios {
+		s := Scenario{
+			Name: "long handlers", Seed: rnd.Uint64(), Duration: dur(time.Duration(30+rnd.IntN(90)) * time.Second), Drain: dur(10 * time.Minute),
+			Profile: []string{"RabbitMQ40", "RabbitMQ43"}[rnd.IntN(2)],
+			Queues: []Queue{{
+				Type: []string{"classic", "quorum"}[rnd.IntN(2)], Workers: 1 + rnd.IntN(3), Prefetch: 1 + rnd.IntN(5),
+				Timeout:  dur(time.Duration(1+rnd.IntN(5)) * time.Second),
+				Retry:    Retry{Base: dur(time.Second), Cap: dur(10 * time.Second), MaxAttempts: 2 + rnd.IntN(3)},
+				Arrivals: []Arrival{{Process: ArrivalPoisson, Rate: 0.5 + 4*rnd.Float64()}},
+				Outcome: Outcome{
+					Retryable: 0.2 * rnd.Float64(), IgnoreContext: 1,
+					Handler: Dist{Dist: DistPareto, Mean: dur(time.Duration(60+rnd.IntN(120)) * time.Second), Alpha: 1.1},
+				},
+			}},
+		}
+		res, _ := run(t, s, Options{NoExcerpts: true})
+		requireNoViolations(t, res)
+		broken, _ := run(t, s, Options{NoExcerpts: true, wrapCore: ignoreTimeout})
+		if broken.ViolationsByInvariant[int(invAttemptsBounded)] > 0 {
+			caught++
+		}
+		t.Logf("scenario %d (%s, %s): %d violations of invariant 11 with the timeout ignored", i, s.Profile, s.Queues[0].Type, broken.ViolationsByInvariant[int(invAttemptsBounded)])
+	}
+	if caught < scenarios/4 {
+		t.Fatalf("invariant 11 caught the worker ignoring its timeout in %d of %d scenarios, want at least a quarter", caught, scenarios)
+	}
+}
