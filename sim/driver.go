@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"time"
 
@@ -22,7 +21,6 @@ import (
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // startWorker connects a worker and subscribes it to its queue.
@@ -122,28 +120,20 @@ func (r *runner) stopWorker(w *worker) {
 }
 
 // channels opens the channels of a backend on conn: membroker's own, or
-// under mutHoldExpires2TTL, ones that declare hold queues with 2 × TTL.
+// wrapped as a test asks (sabotage.Set.Channel).
 func (r *runner) channels(conn *membroker.Connection) func() (rabbitmq.Channel, error) {
 	open := rabbitmq.Channels(conn.Channel)
-	if r.opts.mutate != mutHoldExpires2TTL {
+	wrap := r.opts.Sabotage.Channel
+	if wrap == nil {
 		return open
 	}
 	return func() (rabbitmq.Channel, error) {
 		ch, err := open()
-		return oldExpiresChannel{ch}, err
+		if err != nil {
+			return nil, err
+		}
+		return wrap(ch), nil
 	}
-}
-
-// oldExpiresChannel declares hold queues with seed 000's x-expires, twice
-// the TTL, whatever the backend asks: the rule issue 11 replaced.
-type oldExpiresChannel struct{ rabbitmq.Channel }
-
-func (c oldExpiresChannel) QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error) {
-	if ttl, ok := args["x-message-ttl"].(int64); ok && args["x-expires"] != nil {
-		args = maps.Clone(args)
-		args["x-expires"] = 2 * ttl
-	}
-	return c.Channel.QueueDeclare(name, durable, autoDelete, exclusive, noWait, args)
 }
 
 // simAction is one of a worker core's actions.

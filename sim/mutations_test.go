@@ -1,13 +1,16 @@
 package sim
 
-// Broken worker cores, written here, in test code: each wraps the
-// product's core (internal/settle over internal/workercore) and rewrites
-// what it answers, so that TestChecksHaveTeeth can show an invariant
-// fire. The product's core has no switch for any of them.
+// Broken worker cores and channels, written here, in test code: each
+// wraps the product's core (internal/settle over internal/workercore) and
+// rewrites what it answers, or wraps a channel and changes what it
+// declares, so that the tests can show an invariant fire. The product has
+// no switch for any of them.
 
 import (
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +18,8 @@ import (
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/queuey/envelope"
+	"github.com/queuey/queuey/rabbitmq"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 type simCore = execute.Core[*simDelivery]
@@ -160,4 +165,32 @@ func TestInvariant11CatchesAWorkerIgnoringItsTimeout(t *testing.T) {
 	if caught < scenarios/4 {
 		t.Fatalf("invariant 11 caught the worker ignoring its timeout in %d of %d scenarios, want at least a quarter", caught, scenarios)
 	}
+}
+
+// withoutSAC declares a scheduler group's election queue without single
+// active consumer: every process then gets tokens, and leads.
+func withoutSAC(ch rabbitmq.Channel) rabbitmq.Channel { return noSACChannel{ch} }
+
+type noSACChannel struct{ rabbitmq.Channel }
+
+func (c noSACChannel) QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error) {
+	if strings.HasPrefix(name, "queuey.scheduler.") {
+		args = maps.Clone(args)
+		delete(args, "x-single-active-consumer")
+	}
+	return c.Channel.QueueDeclare(name, durable, autoDelete, exclusive, noWait, args)
+}
+
+// oldExpires declares hold queues with seed 000's x-expires, twice the
+// TTL, whatever the backend asks: the rule issue 11 replaced.
+func oldExpires(ch rabbitmq.Channel) rabbitmq.Channel { return oldExpiresChannel{ch} }
+
+type oldExpiresChannel struct{ rabbitmq.Channel }
+
+func (c oldExpiresChannel) QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error) {
+	if ttl, ok := args["x-message-ttl"].(int64); ok && args["x-expires"] != nil {
+		args = maps.Clone(args)
+		args["x-expires"] = 2 * ttl
+	}
+	return c.Channel.QueueDeclare(name, durable, autoDelete, exclusive, noWait, args)
 }

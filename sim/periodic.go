@@ -7,15 +7,12 @@ package sim
 import (
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/queuey/queuey/internal/backendhook"
 	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/redial"
-	"github.com/queuey/queuey/internal/sabotage"
 	"github.com/queuey/queuey/internal/schedcore"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
@@ -163,14 +160,7 @@ func (r *runner) connectSched(p *schedProc) error {
 	if err != nil {
 		return err
 	}
-	open := rabbitmq.Channels(conn.Channel)
-	if r.opts.Sabotage.Kind == sabotage.SchedulerWithoutSAC {
-		open = func() (rabbitmq.Channel, error) {
-			ch, err := conn.Channel()
-			return noSACChannel{ch}, err
-		}
-	}
-	rb, err := rabbitmq.New(open, rabbitmq.Options{Topology: r.top, ServerVersion: conn.ServerVersion()})
+	rb, err := rabbitmq.New(r.channels(conn), rabbitmq.Options{Topology: r.top, ServerVersion: conn.ServerVersion()})
 	if err != nil {
 		return err
 	}
@@ -249,8 +239,9 @@ func (r *runner) stepSched(p *schedProc, step func()) {
 // shells. A token reaches its process a latency after the broker handed
 // it over, up to Timing.Latency, in order: membroker hands it over at once,
 // and a model where every process learns of a token at the instant it is
-// sent would hide the races between processes that lead at once
-// (sabotage.SchedulerWithoutSAC).
+// sent would hide the races between processes that lead at once (a group
+// whose election queue lacks single active consumer:
+// TestPeriodicWithoutSingleActiveConsumerFails).
 func (r *runner) pumpPeriodic() {
 	pe := r.per
 	for _, a := range pe.arrived {
@@ -617,17 +608,4 @@ type PeriodicResult struct {
 	Duplicates int `json:"duplicates"`
 	// Leaderless is how long no process led, in all.
 	Leaderless Duration `json:"leaderless"`
-}
-
-// noSACChannel declares a scheduler group's election queue without
-// single active consumer (sabotage.SchedulerWithoutSAC): every process
-// then gets tokens, and leads.
-type noSACChannel struct{ rabbitmq.Channel }
-
-func (c noSACChannel) QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error) {
-	if strings.HasPrefix(name, "queuey.scheduler.") {
-		args = maps.Clone(args)
-		delete(args, "x-single-active-consumer")
-	}
-	return c.Channel.QueueDeclare(name, durable, autoDelete, exclusive, noWait, args)
 }

@@ -119,7 +119,7 @@ func TestPeriodicWithoutSingleActiveConsumerFails(t *testing.T) {
 			s := periodicScenario(seed + 1)
 			s.Faults = nil
 			s.Periodic.Processes = procs
-			res, _ := run(t, s, Options{Sabotage: sabotage.Set{Kind: sabotage.SchedulerWithoutSAC}, NoExcerpts: caught > 0})
+			res, _ := run(t, s, Options{Sabotage: sabotage.Set{Channel: withoutSAC}, NoExcerpts: caught > 0})
 			if res.ViolationsByInvariant[int(invTicks)] > 0 {
 				if caught++; caught == 1 {
 					first = res.Violations[0]

@@ -429,7 +429,7 @@ func millisecondHolds() Scenario {
 // rule loses nothing either, which is how the simulator missed it.
 func TestOldHoldExpiryLosesJobsOnASloppyBroker(t *testing.T) {
 	s := millisecondHolds()
-	res, trace := run(t, s, Options{mutate: mutHoldExpires2TTL})
+	res, trace := run(t, s, Options{Sabotage: sabotage.Set{Channel: oldExpires}})
 	if res.Jobs.Lost == 0 || res.ViolationsByInvariant[6] == 0 {
 		t.Fatalf("x-expires 2 × TTL on a sloppy broker: %d lost, %d invariant-6 violations; want both", res.Jobs.Lost, res.ViolationsByInvariant[6])
 	}
@@ -450,7 +450,7 @@ func TestOldHoldExpiryLosesJobsOnASloppyBroker(t *testing.T) {
 	}
 
 	s.Timing = Timing{Exact: true}
-	res, _ = run(t, s, Options{mutate: mutHoldExpires2TTL})
+	res, _ = run(t, s, Options{Sabotage: sabotage.Set{Channel: oldExpires}})
 	requireNoViolations(t, res)
 	if res.Jobs.Lost != 0 {
 		t.Fatalf("x-expires 2 × TTL with exact timing lost %d jobs; the model used to hide the loss", res.Jobs.Lost)
