@@ -166,7 +166,11 @@ func (r *runner) newExecutor(w *worker) {
 	if wrap := r.opts.wrapCore; wrap != nil {
 		w.core = wrap(w.core)
 	}
-	w.x = execute.New[*simDelivery](r.bg, w.core, proc{r, w}, procBackend{r, w}, []queuey.QueueConfig{w.q.cfg})
+	var back queuey.Backend = procBackend{r, w}
+	if wrap := r.opts.Sabotage.Backend; wrap != nil {
+		back = wrap(back)
+	}
+	w.x = execute.New[*simDelivery](r.bg, w.core, proc{r, w}, back, []queuey.QueueConfig{w.q.cfg})
 }
 
 // Now is the virtual time.
@@ -538,8 +542,8 @@ func (r *runner) requeued(a *simAction, err error) {
 }
 
 // procBackend is what a process's executor publishes through: the
-// process's current backend (it is made afresh on each reconnection), with
-// the deliberate bug Options.mutate asks for in tests.
+// process's current backend (it is made afresh on each reconnection),
+// wrapped as a test asks (sabotage.Set.Backend).
 type procBackend struct {
 	r *runner
 	w *worker
@@ -556,25 +560,12 @@ func (b procBackend) Publish(ctx context.Context, env queuey.Envelope, hold time
 	if b.r.refuse {
 		return errRefused
 	}
-	switch m := b.r.opts.mutate; {
-	case m == mutEarly && hold > 0:
-		hold /= 4
-	case m == mutSpendAttempt && kind == queuey.HoldDeferred:
-		env.Attempt++
-	case m == mutDeferPriority0 && kind == queuey.HoldDeferred:
-		env.Priority = 0
-	case m == mutLoseRetry && kind == queuey.HoldRetry:
-		return nil
-	}
 	return b.w.back.Publish(ctx, env, hold, kind)
 }
 
 func (b procBackend) DeadLetter(ctx context.Context, queue string, body []byte, reason string, attempts int) error {
 	if b.r.refuse {
 		return errRefused
-	}
-	if b.r.opts.mutate == mutWrongReason && reason != queuey.ReasonMalformed {
-		reason = "a reason nobody decided"
 	}
 	return b.w.back.DeadLetter(ctx, queue, body, reason, attempts)
 }

@@ -7,6 +7,7 @@ package sim
 // no switch for any of them.
 
 import (
+	"context"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/queuey/queuey/internal/execute"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
+	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/queuey/envelope"
 	"github.com/queuey/queuey/rabbitmq"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -193,4 +195,73 @@ func (c oldExpiresChannel) QueueDeclare(name string, durable, autoDelete, exclus
 		args["x-expires"] = 2 * ttl
 	}
 	return c.Channel.QueueDeclare(name, durable, autoDelete, exclusive, noWait, args)
+}
+
+// publishing wraps the backend the workers publish successors and dead
+// letters through, and changes each publish or dead letter as change
+// says; a false keep drops it, unpublished.
+type publishing struct {
+	queuey.Backend
+	change     func(env *queuey.Envelope, hold *time.Duration, kind queuey.HoldKind) (keep bool)
+	deadLetter func(reason string) string
+}
+
+func (b publishing) Publish(ctx context.Context, env queuey.Envelope, hold time.Duration, kind queuey.HoldKind) error {
+	if b.change != nil && !b.change(&env, &hold, kind) {
+		return nil
+	}
+	return b.Backend.Publish(ctx, env, hold, kind)
+}
+
+func (b publishing) DeadLetter(ctx context.Context, queue string, body []byte, reason string, attempts int) error {
+	if b.deadLetter != nil {
+		reason = b.deadLetter(reason)
+	}
+	return b.Backend.DeadLetter(ctx, queue, body, reason, attempts)
+}
+
+// holdsEarly publishes every hold for a quarter of the delay decided.
+func holdsEarly(b queuey.Backend) queuey.Backend {
+	return publishing{Backend: b, change: func(_ *queuey.Envelope, hold *time.Duration, _ queuey.HoldKind) bool {
+		*hold /= 4
+		return true
+	}}
+}
+
+// deferralSpendsAttempt counts an attempt in a deferral's successor.
+func deferralSpendsAttempt(b queuey.Backend) queuey.Backend {
+	return publishing{Backend: b, change: func(env *queuey.Envelope, _ *time.Duration, kind queuey.HoldKind) bool {
+		if kind == queuey.HoldDeferred {
+			env.Attempt++
+		}
+		return true
+	}}
+}
+
+// deferralAtPriority0 brings a deferral back at priority 0.
+func deferralAtPriority0(b queuey.Backend) queuey.Backend {
+	return publishing{Backend: b, change: func(env *queuey.Envelope, _ *time.Duration, kind queuey.HoldKind) bool {
+		if kind == queuey.HoldDeferred {
+			env.Priority = 0
+		}
+		return true
+	}}
+}
+
+// retryLost never publishes a retry's successor, and says it did.
+func retryLost(b queuey.Backend) queuey.Backend {
+	return publishing{Backend: b, change: func(_ *queuey.Envelope, _ *time.Duration, kind queuey.HoldKind) bool {
+		return kind != queuey.HoldRetry
+	}}
+}
+
+// wrongReason dead-letters with a reason nobody decided, but for a
+// malformed body.
+func wrongReason(b queuey.Backend) queuey.Backend {
+	return publishing{Backend: b, deadLetter: func(reason string) string {
+		if reason == queuey.ReasonMalformed {
+			return reason
+		}
+		return "a reason nobody decided"
+	}}
 }

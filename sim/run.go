@@ -59,11 +59,6 @@ type mutation int
 
 const (
 	mutNone           mutation = iota
-	mutEarly                   // holds are published for a quarter of the decided delay
-	mutSpendAttempt            // a deferral's successor counts an attempt
-	mutDeferPriority0          // a deferral comes back at priority 0
-	mutLoseRetry               // a retry's successor is never published
-	mutWrongReason             // a dead letter is published with another reason
 	mutHoldBound               // the hold-queue bound is taken as 1
 	mutDialStorm               // a reconnecting process waits half of what its backoff asks
 	mutSchedOfferOnce          // a scheduler process that does not lead offers a token at its start only

@@ -335,12 +335,12 @@ func TestChecksHaveTeeth(t *testing.T) {
 		core func(simCore) simCore // the worker core, wrapped by the test's own code (mutations_test.go)
 		s    func() Scenario       // the scenario, if not mixed's
 	}{
-		{"holds released early", mutEarly, 1, sabotage.Set{}, nil, nil},
-		{"holds shorter than their TTL", mutEarly, 2, sabotage.Set{}, nil, nil},
-		{"a deferral spends an attempt", mutSpendAttempt, 3, sabotage.Set{}, nil, nil},
-		{"a deferral at priority 0", mutDeferPriority0, 4, sabotage.Set{}, nil, nil},
-		{"a retry lost", mutLoseRetry, 5, sabotage.Set{}, nil, nil},
-		{"a dead letter with the wrong reason", mutWrongReason, 8, sabotage.Set{}, nil, nil},
+		{"holds released early", mutNone, 1, sabotage.Set{Backend: holdsEarly}, nil, nil},
+		{"holds shorter than their TTL", mutNone, 2, sabotage.Set{Backend: holdsEarly}, nil, nil},
+		{"a deferral spends an attempt", mutNone, 3, sabotage.Set{Backend: deferralSpendsAttempt}, nil, nil},
+		{"a deferral at priority 0", mutNone, 4, sabotage.Set{Backend: deferralAtPriority0}, nil, nil},
+		{"a retry lost", mutNone, 5, sabotage.Set{Backend: retryLost}, nil, nil},
+		{"a dead letter with the wrong reason", mutNone, 8, sabotage.Set{Backend: wrongReason}, nil, nil},
 		{"more hold queues than the bound", mutHoldBound, 7, sabotage.Set{}, nil, func() Scenario {
 			s := mixed("classic", "RabbitMQ40")
 			s.Topology.HoldType = "classic" // the ladder's rungs are declared with the queue

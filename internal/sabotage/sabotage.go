@@ -10,6 +10,7 @@ package sabotage
 import (
 	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/relay"
+	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
 )
 
@@ -27,6 +28,9 @@ type Set struct {
 	// backends open (workers, producer, scheduler group), so that a test
 	// can change what they declare or publish.
 	Channel func(rabbitmq.Channel) rabbitmq.Channel
+	// Backend, if set, wraps the backend the workers' executors publish
+	// successors and dead letters through.
+	Backend func(queuey.Backend) queuey.Backend
 }
 
 // Settler settles deliveries of a work queue and says which are stale.
