@@ -181,7 +181,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	sh := s.newShell(func(at time.Time) { timer.Reset(max(at.Sub(s.b.now()), 0)) }, schedcore.MutNone)
+	sh := s.newShell(func(at time.Time) { timer.Reset(max(at.Sub(s.b.now()), 0)) }, nil)
 	sh.lost = lost
 	sh.start(ctx)
 	for {
@@ -234,22 +234,25 @@ func (s *Scheduler) declare(ctx context.Context) error {
 // through internal/backendhook.StepScheduler on its virtual clock.
 type schedShell struct {
 	s      *Scheduler
-	core   *schedcore.Core
+	core   schedcore.Stepper
 	tokens map[schedcore.TokenRef]queuey.Delivery
 	ids    uint64             // tokens delivered so far, which name them
 	wake   func(at time.Time) // asks for a Time event at at
 	lost   <-chan uint64      // the supervised consumer's lost channels; nil without
 }
 
-// newShell returns a shell for s's core, holding no token; mut breaks the
-// core for the simulator's tests.
-func (s *Scheduler) newShell(wake func(at time.Time), mut schedcore.Mutation) *schedShell {
+// newShell returns a shell for s's core, holding no token; wrap, if not
+// nil, wraps the core (a simulator's test breaking it on purpose).
+func (s *Scheduler) newShell(wake func(at time.Time), wrap func(schedcore.Stepper) schedcore.Stepper) *schedShell {
 	schedules := make([]schedcore.Schedule, len(s.jobs))
 	for i, j := range s.jobs {
 		schedules[i] = schedcore.Schedule{Name: j.Name, Every: j.Every, Offset: j.Offset}
 	}
-	return &schedShell{s: s, core: schedcore.New(schedules, schedcore.Config{ID: s.id, Refresh: s.opts.Refresh, RetryDelay: schedulerRetryDelay, Mutate: mut}),
-		tokens: map[schedcore.TokenRef]queuey.Delivery{}, wake: wake}
+	var core schedcore.Stepper = schedcore.New(schedules, schedcore.Config{ID: s.id, Refresh: s.opts.Refresh, RetryDelay: schedulerRetryDelay})
+	if wrap != nil {
+		core = wrap(core)
+	}
+	return &schedShell{s: s, core: core, tokens: map[schedcore.TokenRef]queuey.Delivery{}, wake: wake}
 }
 
 // now is the scheduler's clock: its backend's.
@@ -293,10 +296,10 @@ func (p stepped) Rebind(scheduler any) {
 }
 
 func init() {
-	backendhook.StepScheduler = func(scheduler any, id string, wake func(at time.Time), mut schedcore.Mutation) backendhook.Scheduler {
+	backendhook.StepScheduler = func(scheduler any, id string, wake func(at time.Time), wrap func(schedcore.Stepper) schedcore.Stepper) backendhook.Scheduler {
 		s := scheduler.(*Scheduler)
 		s.id = id
-		return stepped{s.newShell(wake, mut)}
+		return stepped{s.newShell(wake, wrap)}
 	}
 }
 

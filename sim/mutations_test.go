@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/queuey/queuey/internal/execute"
+	"github.com/queuey/queuey/internal/schedcore"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/queuey"
@@ -264,4 +265,48 @@ func wrongReason(b queuey.Backend) queuey.Backend {
 		}
 		return "a reason nobody decided"
 	}}
+}
+
+// offerOnce wraps a scheduler process's core so that, while it does not
+// lead, it offers a token at its start only: its later offers are taken
+// as published, and dropped. A group whose tokens a kill lost then never
+// elects again.
+func offerOnce(core schedcore.Stepper) schedcore.Stepper { return &oneOffer{Stepper: core} }
+
+type oneOffer struct {
+	schedcore.Stepper
+	offered bool
+}
+
+func (c *oneOffer) filter(acts []schedcore.Action, now time.Time) []schedcore.Action {
+	for i := 0; i < len(acts); i++ {
+		if acts[i].Kind != schedcore.PublishToken || c.Stepper.Leading() {
+			continue
+		}
+		if !c.offered {
+			c.offered = true
+			continue
+		}
+		acts = append(slices.Delete(acts, i, i+1), c.Stepper.Done(nil, now)...)
+		i--
+	}
+	return acts
+}
+
+func (c *oneOffer) Start(now time.Time) []schedcore.Action {
+	return c.filter(c.Stepper.Start(now), now)
+}
+
+func (c *oneOffer) Token(ref schedcore.TokenRef, body []byte, now time.Time) []schedcore.Action {
+	return c.filter(c.Stepper.Token(ref, body, now), now)
+}
+
+func (c *oneOffer) Lost(gen uint64, now time.Time) []schedcore.Action {
+	return c.filter(c.Stepper.Lost(gen, now), now)
+}
+
+func (c *oneOffer) Time(now time.Time) []schedcore.Action { return c.filter(c.Stepper.Time(now), now) }
+
+func (c *oneOffer) Done(err error, now time.Time) []schedcore.Action {
+	return c.filter(c.Stepper.Done(err, now), now)
 }

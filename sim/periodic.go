@@ -179,17 +179,13 @@ func (r *runner) connectSched(p *schedProc) error {
 	if starting {
 		p.life++
 		life := p.life
-		mut := schedcore.MutNone
-		if r.opts.mutate == mutSchedOfferOnce {
-			mut = schedcore.MutOfferOnce
-		}
 		p.step = backendhook.StepScheduler(sched, fmt.Sprintf("p%d.%d", p.idx, life), func(at time.Time) {
 			if p.wake != nil {
 				p.wake.Stop()
 			}
 			p.wake = r.clk.Stoppable(max(at.Sub(r.clk.Now()), 0), func() bool { return p.life == life && p.step != nil },
 				func() { r.stepSched(p, func() { p.step.Time(r.bg) }) })
-		}, mut)
+		}, r.opts.wrapSched)
 	} else {
 		p.step.Rebind(sched)
 	}

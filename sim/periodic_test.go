@@ -98,7 +98,7 @@ func TestPeriodicLeaderlessSpanIsBounded(t *testing.T) {
 	}
 	res, _ := run(t, s, Options{})
 	requireNoViolations(t, res)
-	res, _ = run(t, s, Options{mutate: mutSchedOfferOnce})
+	res, _ = run(t, s, Options{wrapSched: offerOnce})
 	if res.ViolationsByInvariant[int(invTicks)] == 0 || !strings.Contains(res.Violations[0].Detail, "no scheduler process led from") {
 		t.Fatalf("a group that never elects again passed invariant 12: %+v, %v", *res.Periodic, res.Violations)
 	}

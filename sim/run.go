@@ -13,6 +13,7 @@ import (
 	"github.com/queuey/queuey/internal/redial"
 	"github.com/queuey/queuey/internal/relay"
 	"github.com/queuey/queuey/internal/sabotage"
+	"github.com/queuey/queuey/internal/schedcore"
 	"github.com/queuey/queuey/internal/settle"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/membroker"
@@ -51,6 +52,8 @@ type Options struct {
 	// breaks the core on purpose. A wrapped core may settle a delivery
 	// again after acknowledging it, so deliveries are then not reused.
 	wrapCore func(execute.Core[*simDelivery]) execute.Core[*simDelivery]
+	// wrapSched, if set, wraps each scheduler process's core likewise.
+	wrapSched func(schedcore.Stepper) schedcore.Stepper
 }
 
 // mutation is a deliberate bug the tests inject to show that an invariant
@@ -58,10 +61,9 @@ type Options struct {
 type mutation int
 
 const (
-	mutNone           mutation = iota
-	mutHoldBound               // the hold-queue bound is taken as 1
-	mutDialStorm               // a reconnecting process waits half of what its backoff asks
-	mutSchedOfferOnce          // a scheduler process that does not lead offers a token at its start only
+	mutNone      mutation = iota
+	mutHoldBound          // the hold-queue bound is taken as 1
+	mutDialStorm          // a reconnecting process waits half of what its backoff asks
 )
 
 // keepsDeliveries says that a delivery may be settled again after its
@@ -101,7 +103,7 @@ func Run(ctx context.Context, s Scenario, opts Options) (*Result, error) {
 		}
 		ex.until = max(ex.until, v.seq)
 	}
-	again, err := runOnce(ctx, s, Options{MaxViolations: opts.MaxViolations, Sabotage: opts.Sabotage, mutate: opts.mutate, wrapCore: opts.wrapCore}, ex)
+	again, err := runOnce(ctx, s, Options{MaxViolations: opts.MaxViolations, Sabotage: opts.Sabotage, mutate: opts.mutate, wrapCore: opts.wrapCore, wrapSched: opts.wrapSched}, ex)
 	if err != nil {
 		return nil, err
 	}

@@ -65,6 +65,6 @@ type Scheduler interface {
 
 // StepScheduler returns scheduler's (a *rabbitmq.Scheduler) shell, its
 // process named id in the tokens it publishes; wake(at) asks for a Time
-// event at at, replacing any earlier request. mut breaks its core on
-// purpose (tests only; schedcore.MutNone otherwise).
-var StepScheduler func(scheduler any, id string, wake func(at time.Time), mut schedcore.Mutation) Scheduler
+// event at at, replacing any earlier request. wrap, if not nil, wraps its
+// core: a test breaking it on purpose.
+var StepScheduler func(scheduler any, id string, wake func(at time.Time), wrap func(schedcore.Stepper) schedcore.Stepper) Scheduler

@@ -85,21 +85,20 @@ type Config struct {
 	// action that failed: a token's publish or acknowledgement, or one
 	// schedule's enqueue (the other schedules go on meanwhile).
 	RetryDelay time.Duration
-	// Mutate breaks the core on purpose, for the simulator's tests that
-	// prove a check fires. Production never sets it.
-	Mutate Mutation
 }
 
-// Mutation is a deliberate bug of the core's.
-type Mutation int
+// Stepper is what a shell drives: *Core, or a test's wrapper of one that
+// rewrites what it answers to break it on purpose.
+type Stepper interface {
+	Start(now time.Time) []Action
+	Token(ref TokenRef, body []byte, now time.Time) []Action
+	Lost(gen uint64, now time.Time) []Action
+	Time(now time.Time) []Action
+	Done(err error, now time.Time) []Action
+	Leading() bool
+}
 
-const (
-	// MutNone is the core as it is.
-	MutNone Mutation = iota
-	// MutOfferOnce: a process that does not lead offers a token at its
-	// start only, so a group whose tokens are lost never elects again.
-	MutOfferOnce
-)
+var _ Stepper = (*Core)(nil)
 
 // ActionKind says what an Action asks for.
 type ActionKind int
@@ -278,7 +277,7 @@ func (c *Core) decide(now time.Time) (Action, bool) {
 		return Action{}, false
 	}
 	if !c.leading {
-		if now.Before(c.refreshAt) || (c.cfg.Mutate == MutOfferOnce && c.seq > 0) {
+		if now.Before(c.refreshAt) {
 			return Action{}, false
 		}
 		return c.publish(nil), true
@@ -334,9 +333,6 @@ func (c *Core) wake(now time.Time) time.Time {
 		return c.retryAt
 	}
 	at := c.refreshAt
-	if c.cfg.Mutate == MutOfferOnce && !c.leading && c.seq > 0 {
-		at = now.Add(24 * time.Hour) // it offers no more
-	}
 	if c.leading && c.synced {
 		for i, s := range c.schedules {
 			due := s.Tick(now).Add(s.Every)
