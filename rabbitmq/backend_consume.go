@@ -59,6 +59,7 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queu
 		queue:   queue,
 		tag:     sub.Tag(),
 		out:     make(chan queuey.Delivery),
+		follow:  consume.Follow{Supervised: b.sup != nil},
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -272,6 +273,8 @@ type consumer struct {
 	closeOnce sync.Once
 	closeErr  error
 	done      chan struct{} // closed when forward has returned (after out)
+	// follow decides how the subscription follows its channel's end.
+	follow consume.Follower
 
 	mu   sync.Mutex
 	lost chan uint64 // made by Lost; receives gen when ch is lost
@@ -363,36 +366,37 @@ func (c *consumer) Close() error {
 	return c.closeErr
 }
 
-// forward hands deliveries to out until the subscription ends, then
+// forward hands deliveries to out until the subscription ends, following
+// its channel's end as the subscription's core decides (consume.Follow:
+// resume on a fresh channel under supervision, end otherwise), then
 // records why and closes out.
 func (c *consumer) forward() {
+	var buf [3]consume.FollowAction
+	_, gen, _, _ := c.sub.Current()
+	why := c.pump()
+	acts := c.follow.Stopped(buf[:0], why, c.cancelled.Load(), c.channel().IsClosed(), gen)
 	var err error
-	for {
-		err = c.pump()
-		if err != nil && c.cancelled.Load() {
-			err = nil // our own Cancel or Close raced the broker's end
-		}
-		if err == nil || c.b.sup == nil || !c.channel().IsClosed() {
-			break // ours, unsupervised, or the broker cancelled the consumer
-		}
-		_, gen, _, _ := c.sub.Current()
-		if ackTimedOut(err) {
-			// The worker settles a job before the limit the backend
-			// asked for: the broker's is lower (a consumer-timeout
-			// policy, or a queue created before queuey set it).
-			c.b.logger.Error("rabbitmq: the broker's consumer timeout closed a consumer's channel before the job's Timeout: "+
-				"its jobs run again at the same attempt; raise the broker's limit (docs/consumer-timeout.md)",
-				"queue", c.queue, "consumer_tag", c.tag, "gen", gen, "error", err.Error())
-		} else {
-			c.b.logger.Warn("rabbitmq: consumer lost its channel: resuming on a fresh one",
-				"queue", c.queue, "consumer_tag", c.tag, "gen", gen, "error", err.Error())
-		}
-		if !c.notifyLost() {
-			err = nil // closed meanwhile
-			break
-		}
-		if err = c.resubscribe(); err != nil || c.cancelled.Load() {
-			break
+run:
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a.Kind {
+		case consume.End:
+			err = a.Err
+			break run
+		case consume.Lost:
+			c.logLost(a.Gen, why)
+			if !c.notifyLost(a.Gen) {
+				break run // closed meanwhile: the end is ours
+			}
+		case consume.Reopen:
+			acts = c.reopen(acts)
+		case consume.CancelTag:
+			_ = c.channel().Cancel(c.tag, false)
+		case consume.Live:
+			c.b.logger.Info("rabbitmq: consumer resumed", "queue", c.queue, "consumer_tag", c.tag, "gen", a.Gen)
+			why = c.pump()
+			acts = c.follow.Stopped(acts, why, c.cancelled.Load(), c.channel().IsClosed(), a.Gen)
 		}
 	}
 	if err != nil {
@@ -405,13 +409,27 @@ func (c *consumer) forward() {
 	close(c.done)
 }
 
-// notifyLost tells Lost's receiver that the current channel is lost; false
-// if the consumer was closed first.
-func (c *consumer) notifyLost() bool {
+// logLost logs the loss of the channel of generation gen, which why ended.
+func (c *consumer) logLost(gen uint64, why error) {
+	if ackTimedOut(why) {
+		// The worker settles a job before the limit the backend asked
+		// for: the broker's is lower (a consumer-timeout policy, or a
+		// queue created before queuey set it).
+		c.b.logger.Error("rabbitmq: the broker's consumer timeout closed a consumer's channel before the job's Timeout: "+
+			"its jobs run again at the same attempt; raise the broker's limit (docs/consumer-timeout.md)",
+			"queue", c.queue, "consumer_tag", c.tag, "gen", gen, "error", why.Error())
+		return
+	}
+	c.b.logger.Warn("rabbitmq: consumer lost its channel: resuming on a fresh one",
+		"queue", c.queue, "consumer_tag", c.tag, "gen", gen, "error", why.Error())
+}
+
+// notifyLost tells Lost's receiver that the channel of generation gen is
+// lost; false if the consumer was closed first.
+func (c *consumer) notifyLost(gen uint64) bool {
 	c.mu.Lock()
 	lost := c.lost
 	c.mu.Unlock()
-	_, gen, _, _ := c.sub.Current()
 	if lost == nil {
 		return true
 	}
@@ -423,38 +441,25 @@ func (c *consumer) notifyLost() bool {
 	}
 }
 
-// resubscribe consumes the queue again on a fresh channel, once the
-// supervisor has a connection: nil once it does (or the consumer was
-// cancelled or closed meanwhile); an error for a refusal retrying cannot
-// fix (the queue is gone, access refused) or the supervision's end.
-func (c *consumer) resubscribe() error {
-	for {
-		if c.cancelled.Load() {
-			return nil
-		}
-		ch, err := c.b.openChannel(c.ctx, "consuming queue "+strconv.Quote(c.queue))
-		if err != nil {
-			if c.cancelled.Load() {
-				return nil
-			}
-			return fmt.Errorf("rabbitmq: consumer %s on queue %q: resuming: %w", c.tag, c.queue, err)
-		}
-		gen, err := c.sub.Resume(ch)
-		if err != nil {
-			_ = ch.Close()
-			if channelException(err) {
-				// A refusal of this subscription (404: the queue is gone;
-				// 403, 405), which the next connection would repeat.
-				return fmt.Errorf("rabbitmq: consumer %s on queue %q: resuming: %w", c.tag, c.queue, err)
-			}
-			continue // the connection went again (320 CONNECTION_FORCED and the like)
-		}
-		if c.cancelled.Load() { // Cancel or Close came while it was down
-			_ = ch.Cancel(c.tag, false)
-		}
-		c.b.logger.Info("rabbitmq: consumer resumed", "queue", c.queue, "consumer_tag", c.tag, "gen", gen)
-		return nil
+// reopen carries out a Reopen: it consumes the queue again on a fresh
+// channel, once the supervisor has a connection, and appends what the
+// core says of the outcome.
+func (c *consumer) reopen(acts []consume.FollowAction) []consume.FollowAction {
+	if c.cancelled.Load() {
+		return c.follow.OpenFailed(acts, nil, true)
 	}
+	ch, err := c.b.openChannel(c.ctx, "consuming queue "+strconv.Quote(c.queue))
+	if err != nil {
+		err = fmt.Errorf("rabbitmq: consumer %s on queue %q: resuming: %w", c.tag, c.queue, err)
+		return c.follow.OpenFailed(acts, err, c.cancelled.Load())
+	}
+	gen, err := c.sub.Resume(ch)
+	refused := channelException(err) // 404: the queue is gone; 403, 405
+	if err != nil {
+		_ = ch.Close()
+		err = fmt.Errorf("rabbitmq: consumer %s on queue %q: resuming: %w", c.tag, c.queue, err)
+	}
+	return c.follow.Resumed(acts, gen, err, c.cancelled.Load(), refused)
 }
 
 // pump forwards deliveries and returns why it stopped: nil for our own
