@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/queuey/queuey/internal/consume"
 	"maps"
 	"os"
 	"path/filepath"
@@ -251,6 +252,23 @@ func (relayAcksFirst) Delivered(acts []relay.Action, stale bool) []relay.Action 
 }
 
 func (relayAcksFirst) Relayed(acts []relay.Action, _ error) []relay.Action { return acts }
+
+// With the subscriptions' core unable to resume (it takes every closed
+// channel for a consumer the broker cancelled), a worker whose connection
+// drops or whose broker restarts comes back connected but consuming
+// nothing, and rapid finds a violation of invariant 13. The scenarios are
+// the property's own, which drop connections and restart brokers.
+func TestScenarioPropertyCatchesASubscriptionThatNeverResumes(t *testing.T) {
+	never := func(f consume.Follower) consume.Follower { return unresumed{f} }
+	expectSabotageCaught(t, scenarioGen(), simsabotage.Set{Follow: never}, 13)
+}
+
+// unresumed is the subscriptions' core without resubscription.
+type unresumed struct{ consume.Follower }
+
+func (u unresumed) Stopped(acts []consume.FollowAction, why error, ours, _ bool, gen uint64) []consume.FollowAction {
+	return u.Follower.Stopped(acts, why, ours, false, gen)
+}
 
 // expectSabotageCaught requires rapid to find, among the scenarios gen
 // draws, run with the sabotage sab, a violation of invariant inv, and its

@@ -23,7 +23,7 @@ func receiveNow(d *amqp.Delivery, c <-chan amqp.Delivery) (ok bool) {
 	}
 }
 
-// InvariantName returns the short name of invariant n (1–12), as
+// InvariantName returns the short name of invariant n (1–13), as
 // Violation.Name gives it.
 func InvariantName(n int) string {
 	if n > 0 && n < len(invariants) {

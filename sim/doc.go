@@ -62,7 +62,9 @@
 //     a span with no leader comes between it and the next tick enqueued,
 //     twice only after a fault on the process that enqueued it before (or
 //     lost tokens), and no span without a leader outlasting the Refresh
-//     while a process is connected.
+//     while a process is connected;
+//  13. a reconnected worker consumes again: its subscriptions resume on
+//     the new connection as their core (consume.Follow) decides.
 //
 // docs/simulator.md states each in full.
 //

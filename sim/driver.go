@@ -49,14 +49,6 @@ func (r *runner) startWorker(w *worker) error {
 		}
 		w.back = lb
 	}
-	// The subscription is rabbitmq.Backend.Consume's (a channel of its
-	// own, Qos(prefetch), manual acknowledgements, settled through its
-	// core, internal/consume), stepped here without the backend's
-	// forwarding goroutine: membroker hands deliveries over before its
-	// calls return, so the simulation takes them straight off the
-	// channel, on its one goroutine, without a thread handoff per message.
-	w.tags++
-	tag := fmt.Sprintf("%s-w%d-%d", w.q.spec.Name, w.idx, w.tags)
 	if w.core == nil {
 		r.newExecutor(w)
 	}
@@ -70,25 +62,12 @@ func (r *runner) startWorker(w *worker) error {
 		}
 		return acts
 	})
-	w.connGen++
-	w.core.ConnectionUp(w.connGen)
-	sub := &subscription{w: w, tag: tag, back: w.back, gen: w.connGen}
-	r.subs[tag] = sub // before subscribing, which may deliver at once
-	// With a hold ladder the backend subscribes to the relay queue too,
-	// whose deliveries relayOne relays as Backend.Consume's consumer does.
-	rsub := &subscription{w: w, tag: tag + "-relay", back: w.back, gen: w.connGen, relay: true}
-	r.subs[rsub.tag] = rsub
-	work, relay, err := backendhook.Subscribe(w.rb, r.bg, w.q.spec.Name, tag, w.q.cfg.Prefetch)
-	if err != nil {
-		return fmt.Errorf("sim: worker consume: %w", err)
-	}
-	sub.attach(work)
-	w.sub = sub
-	if relay != nil {
-		rsub.attach(relay)
-		w.relaySub = rsub
-	} else {
-		delete(r.subs, rsub.tag)
+	if w.work == nil && w.relayWork == nil {
+		if err := r.subscribe(w, open); err != nil {
+			return err
+		}
+	} else if err := r.resume(w, open); err != nil {
+		return err
 	}
 	w.up = true
 	return nil
@@ -107,7 +86,8 @@ func notRipeYet(_ context.Context, d time.Duration) error { return &notRipe{d} }
 // stopWorker releases a worker's backend; its connection is already gone.
 func (r *runner) stopWorker(w *worker) {
 	w.up = false
-	w.core, w.x, w.connGen, w.lost = nil, nil, 0, nil // the process, and its core, died
+	w.core, w.x, w.lost = nil, nil, nil // the process, and its core, died
+	w.work, w.relayWork, w.reopenWork, w.reopenRelay = nil, nil, false, false
 	if w.sub != nil {
 		w.sub.dead = true
 		w.sub = nil

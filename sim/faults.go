@@ -7,6 +7,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,18 +44,14 @@ func (r *runner) fault(f Fault) {
 		<-w.rb.Done()
 		w.up = false
 		old := w.back
-		oldSub := w.sub
-		w.sub = nil
-		// The core hears of it only as the process reconnects (startWorker),
-		// as Worker.Run's hears late from its consumers: a handler that
-		// returns meanwhile finds its delivery stale (internal/execute).
-		w.lost = append(w.lost, oldSub.gen)
+		r.followLoss(w, w.sub)
+		r.followLoss(w, w.relaySub)
+		w.sub, w.relaySub = nil, nil
 		// The process lives on and reconnects after Restart; its handlers
 		// still running finish and fail to settle. If one of them kills
 		// the process first, the crash's own restart replaces this one.
 		gen := w.gen
 		r.clk.AfterFunc(f.Restart.D(), func() {
-			oldSub.dead = true
 			_ = old.Close()
 			if w.gen == gen {
 				r.restart(w)
@@ -136,8 +133,37 @@ func (r *runner) connectWorker(w *worker) error {
 		r.failf("restarting worker %d of %s: %v", w.idx, w.q.spec.Name, err)
 		return nil
 	}
-	r.emit(Event{Kind: EvRestart, Queue: w.q.spec.Name, Worker: w.idx})
+	ev := Event{Kind: EvRestart, Queue: w.q.spec.Name, Worker: w.idx}
+	if w.sub != nil && w.sub.gen > 1 {
+		ev.Detail = fmt.Sprintf("resumed %s on channel %d", w.sub.tag, w.sub.gen)
+	}
+	r.emit(ev)
+	r.checkConsuming(w)
 	return nil
+}
+
+// checkConsuming is invariant 13, for a worker process that has just
+// connected: the broker lists its consumer on its queue, and on the
+// queue's relay queue with a hold ladder. A process that reconnected
+// resumes its subscriptions under their consumer tags (resume); one whose
+// subscription did not resume would sit connected and idle while its
+// queue fills.
+func (r *runner) checkConsuming(w *worker) {
+	check := func(queue string, s *consume.Sub) {
+		if s == nil {
+			r.violate(invConsuming, nil, fmt.Sprintf("worker %d of %s is connected with no subscription to %s", w.idx, w.q.spec.Name, queue))
+			return
+		}
+		info, ok := r.broker.Queue(queue)
+		if !ok || !slices.Contains(info.Consumers, s.Tag()) {
+			r.violate(invConsuming, nil, fmt.Sprintf("worker %d of %s is connected, but the broker lists no consumer %s on %s: its subscription did not resume",
+				w.idx, w.q.spec.Name, s.Tag(), queue))
+		}
+	}
+	check(w.q.spec.Name, w.work)
+	if w.relayWork != nil { // with a hold ladder
+		check(r.top.RelayQueue(w.q.spec.Name), w.relayWork)
+	}
 }
 
 // brokerDown restarts the broker (FaultRestart), kills and starts it
@@ -238,10 +264,9 @@ var (
 func (r *runner) connectionLost(w *worker) {
 	<-w.rb.Done() // the backend learns of the close on its publisher's goroutine
 	w.up = false
-	sub := w.sub
-	w.sub = nil
-	w.lost = append(w.lost, sub.gen) // the core hears of it as the process reconnects
-	sub.dead = true
+	r.followLoss(w, w.sub)
+	r.followLoss(w, w.relaySub)
+	w.sub, w.relaySub = nil, nil
 	_ = w.back.Close()
 }
 

@@ -19,6 +19,7 @@ const (
 	invChannelKept                           // 10
 	invAttemptsBounded                       // 11
 	invTicks                                 // 12
+	invConsuming                             // 13
 )
 
 // invariants is the registry: each invariant's short name (Violation.Name)
@@ -36,4 +37,5 @@ var invariants = [...]struct{ name, checkedIn string }{
 	invChannelKept:      {"the broker never closes a worker's channel", "driver.go (each settlement)"},
 	invAttemptsBounded:  {"no job runs more than its attempts allow", "check.go (each handler run)"},
 	invTicks:            {"every periodic tick enqueued once", "periodic.go (each tick enqueued, each span without a leader, and at the end)"},
+	invConsuming:        {"a reconnected worker consumes again", "faults.go (each reconnection)"},
 }

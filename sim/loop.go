@@ -88,7 +88,7 @@ func (r *runner) pump() {
 						sub.pending = 0 // the broker took them back with the channel
 						break
 					}
-					sub.core.Take(&d, 1)
+					sub.core.Take(&d, uint64(sub.gen))
 					r.relayOne(sub, &d)
 					continue
 				}
@@ -102,7 +102,7 @@ func (r *runner) pump() {
 					r.failf("consumer %s: a delivery the broker reported is not on its channel", sub.tag)
 					return
 				}
-				sub.core.Take(&sd.cd, 1)
+				sub.core.Take(&sd.cd, uint64(sub.gen))
 				r.begin(sub.w, sub, sd)
 			}
 		}

@@ -8,6 +8,7 @@ package sim
 
 import (
 	"context"
+	"github.com/queuey/queuey/internal/consume"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -309,4 +310,53 @@ func (c *oneOffer) Time(now time.Time) []schedcore.Action { return c.filter(c.St
 
 func (c *oneOffer) Done(err error, now time.Time) []schedcore.Action {
 	return c.filter(c.Stepper.Done(err, now), now)
+}
+
+// neverResume is the subscriptions' core without resubscription: it takes
+// every channel that closes for a consumer the broker cancelled, so the
+// subscription ends where a supervised one resumes.
+func neverResume(f consume.Follower) consume.Follower { return unresumed{f} }
+
+type unresumed struct{ consume.Follower }
+
+func (u unresumed) Stopped(acts []consume.FollowAction, why error, ours, _ bool, gen uint64) []consume.FollowAction {
+	return u.Follower.Stopped(acts, why, ours, false, gen)
+}
+
+// TestAWorkerResumesItsSubscriptionAfterADrop: a worker whose connection
+// drops keeps its subscription and resumes it on the next connection,
+// under its consumer tag and on the channel's next generation, as
+// rabbitmq's supervised consumer does (consume.Follow); a worker that
+// crashes starts afresh. Both keep every invariant.
+func TestAWorkerResumesItsSubscriptionAfterADrop(t *testing.T) {
+	res, trace := run(t, mixed("classic", "RabbitMQ40"), Options{})
+	requireNoViolations(t, res)
+	var drop, resumed, crashRestart bool
+	for line := range strings.Lines(trace) {
+		switch {
+		case strings.Contains(line, " drop "):
+			drop = true
+		case strings.Contains(line, " restart ") && strings.Contains(line, "resumed jobs-w2-1 on channel 2"):
+			resumed = true
+		case strings.Contains(line, " restart ") && !strings.Contains(line, "resumed"):
+			crashRestart = true
+		}
+	}
+	if !drop || !resumed || !crashRestart {
+		t.Fatalf("drop %v, resumed after it %v, a fresh start after the crash %v; trace restarts:\n%s",
+			drop, resumed, crashRestart, grepLines(trace, " restart ", " drop "))
+	}
+}
+
+func grepLines(s string, subs ...string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		for _, sub := range subs {
+			if strings.Contains(line, sub) {
+				b.WriteString(line)
+				break
+			}
+		}
+	}
+	return b.String()
 }

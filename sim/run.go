@@ -221,8 +221,12 @@ type oracle struct {
 	// (nil for a message that is not a job of the run).
 	relaying bool
 	relayJob *job
-	relay    relay.Stepper    // what the relay subscriptions' deliveries are stepped through
-	settler  sabotage.Settler // how the workers settle their work deliveries: coreSettler, unless a test wraps it
+	relay    relay.Stepper // what the relay subscriptions' deliveries are stepped through
+	// follow decides how the workers' subscriptions follow their
+	// channels' end: the product's consume.Follow for a supervised
+	// consumer, or a test's wrapper (sabotage.Set.Follow).
+	follow  consume.Follower
+	settler sabotage.Settler // how the workers settle their work deliveries: coreSettler, unless a test wraps it
 	// warming are jobs whose Enqueue waits for the warm-up of their young
 	// quorum work queue (rabbitmq.Topology.HoldWarmup).
 	warming  map[uint64]struct{}
@@ -270,10 +274,16 @@ type worker struct {
 	relaySub *subscription
 	// core is the process's worker core: made when the process starts,
 	// kept across its reconnections, gone when it dies.
-	core    execute.Core[*simDelivery]
-	x       *execute.Executor[*simDelivery] // carries out core's actions
-	lost    []workercore.Gen                // connections lost that the core has yet to hear of
-	connGen workercore.Gen                  // connections so far: the core's generation of the current one
+	core execute.Core[*simDelivery]
+	x    *execute.Executor[*simDelivery] // carries out core's actions
+	lost []workercore.Gen                // channels lost that the core has yet to hear of
+	// work and relayWork are the product's subscriptions (internal/consume)
+	// to the queue and its relay queue: made when the process starts, kept
+	// across its reconnections (each resumes on a fresh channel when its
+	// core asks to, reopenWork and reopenRelay), gone when it dies. The
+	// generation of a work subscription's channel is the core's.
+	work, relayWork         *consume.Sub
+	reopenWork, reopenRelay bool
 	// dial is the process's reconnection loop (internal/redial, the code
 	// rabbitmq.Connect runs), made when it reconnects; nil before.
 	dial      *redial.Core
@@ -303,28 +313,32 @@ func (s *subscription) release(n uint64) {
 	}
 }
 
-// subscription is one Consume of a worker: the backend's consumer core,
-// stepped.
+// subscription is one channel generation of a worker's subscription: the
+// product's consumer core (kept across reconnections, worker.work) on
+// that channel, stepped. A resumed subscription is a new one, under the
+// same consumer tag.
 type subscription struct {
 	core    *consume.Sub
-	in      <-chan amqp.Delivery // core's deliveries: it never resumes on another channel
+	in      <-chan amqp.Delivery // core's deliveries on the channel of generation gen
 	ch      consume.Channel      // core's channel
 	w       *worker
 	tag     string
 	pending int            // deliveries the broker reported and the worker has yet to take
 	back    queuey.Backend // the backend it came from, which publishes its jobs' successors
 	held    []uint64       // numbers of the jobs in hand (a prefetch's worth), in no order
-	dead    bool           // its process crashed: its handlers vanished
+	dead    bool           // its channel or its process is gone
 	gen     workercore.Gen
 	relay   bool // a subscription to the relay queue: its deliveries are relayed, not run
 	// closedByBroker: invariant 10 fired for it
 	closedByBroker bool
 }
 
-// attach makes core the subscription's.
+// attach makes core, on its current channel, the subscription's.
 func (s *subscription) attach(core *consume.Sub) {
+	var gen uint64
 	s.core = core
-	s.ch, _, s.in, _ = core.Current()
+	s.ch, gen, s.in, _ = core.Current()
+	s.gen = workercore.Gen(gen)
 }
 
 func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
@@ -343,6 +357,10 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 		driver:     driver{subs: map[string]*subscription{}},
 	}
 	r.relay = relay.Core{}
+	r.follow = consume.Follow{Supervised: true}
+	if wrap := opts.Sabotage.Follow; wrap != nil {
+		r.follow = wrap(r.follow)
+	}
 	if wrap := opts.Sabotage.Relay; wrap != nil {
 		r.relay = wrap(r.relay)
 	}

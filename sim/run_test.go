@@ -355,6 +355,9 @@ func TestChecksHaveTeeth(t *testing.T) {
 		// guards bypassed by wrappers below.
 		{"a second acknowledgement reaches the broker", mutNone, 10, sabotage.Set{Settle: settleTwice}, ackTwice, nil},
 		{"a delivery whose channel closed is not stale", mutNone, 5, sabotage.Set{Settle: neverStale}, nil, nil},
+		// The subscription's core, as rabbitmq's supervised consumer runs
+		// it: a worker whose connection drops must consume again.
+		{"a subscription does not resume after its connection drops", mutNone, 13, sabotage.Set{Follow: neverResume}, nil, nil},
 		// The reconnection loop's shell, as rabbitmq.Connect's supervisor
 		// runs it.
 		{"a process redials before its backoff is over", mutDialStorm, 9, sabotage.Set{}, nil, func() Scenario {

@@ -5,13 +5,16 @@
 // basic.ack or a basic.reject, at most once per delivery, and never for a
 // delivery of a channel that is gone.
 //
-// Package rabbitmq's consumer is a goroutine shell around it, which reads
-// deliveries, follows the channel's end and resubscribes. The simulator
-// and the property tests step the same core on their one goroutine,
-// through the backend (internal/backendhook), so that settle-once, Stale
-// and Generation are under every invariant they check
-// (docs/worker-core.md, "The consumer's core"); a test that breaks them on
-// purpose does so in its own code, around the core (internal/sabotage).
+// What the subscription does when its channel ends (resume on a fresh
+// one, or end) is decided by Follow, its second core.
+//
+// Package rabbitmq's consumer is a goroutine shell around both, which
+// reads deliveries, follows the channel's end and resubscribes. The
+// simulator and the property tests step the same cores on their one
+// goroutine, so that settle-once, Stale, Generation and resubscription are
+// under every invariant they check (docs/worker-core.md, "The consumer's
+// core" and "Resubscription"); a test that breaks them on purpose does so
+// in its own code, around the cores (internal/sabotage).
 package consume
 
 import (

@@ -20,6 +20,10 @@ type Set struct {
 	// Relay, if set, wraps the relay's core (internal/relay) that the
 	// workers' relay subscriptions drive.
 	Relay func(relay.Stepper) relay.Stepper
+	// Follow, if set, wraps the core (internal/consume) that decides how
+	// the workers' subscriptions follow the end of their channels: resume
+	// on the next connection, or end.
+	Follow func(consume.Follower) consume.Follower
 	// Settle, if set, wraps how the simulated workers settle their work
 	// queues' deliveries: through the consumer's core (internal/consume),
 	// whose guards (settle once, Stale) a wrapper can bypass.

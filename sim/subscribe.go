@@ -1,0 +1,124 @@
+// The workers' subscriptions: a process subscribes when it starts, and
+// when its connection goes, each subscription follows its channel's end
+// as the product's core decides (consume.Follow) and resumes as the
+// process reconnects.
+
+package sim
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/queuey/queuey/internal/backendhook"
+	"github.com/queuey/queuey/internal/consume"
+	"github.com/queuey/queuey/internal/workercore"
+	"github.com/queuey/queuey/rabbitmq"
+)
+
+// subscribe subscribes a process that has just started to its queue, and
+// to the queue's relay queue with a hold ladder. The subscriptions are
+// rabbitmq.Backend.Consume's (a channel of their own, Qos(prefetch),
+// manual acknowledgements, settled through their core, internal/consume),
+// stepped here without the backend's forwarding goroutine: membroker hands
+// deliveries over before its calls return, so the simulation takes them
+// straight off the channel, on its one goroutine, without a thread handoff
+// per message.
+func (r *runner) subscribe(w *worker, open func() (rabbitmq.Channel, error)) error {
+	w.tags++
+	tag := fmt.Sprintf("%s-w%d-%d", w.q.spec.Name, w.idx, w.tags)
+	sub := &subscription{w: w, tag: tag, back: w.back}
+	r.subs[tag] = sub // before subscribing, which may deliver at once
+	rsub := &subscription{w: w, tag: tag + "-relay", back: w.back, relay: true}
+	r.subs[rsub.tag] = rsub
+	work, relay, err := backendhook.Subscribe(w.rb, r.bg, w.q.spec.Name, tag, w.q.cfg.Prefetch)
+	if err != nil {
+		return fmt.Errorf("sim: worker consume: %w", err)
+	}
+	w.work = work
+	sub.attach(work)
+	w.core.ConnectionUp(sub.gen)
+	w.sub = sub
+	if relay != nil {
+		w.relayWork = relay
+		rsub.attach(relay)
+		w.relaySub = rsub
+	} else {
+		delete(r.subs, rsub.tag)
+	}
+	return nil
+}
+
+// resume carries out, for a process that reconnected, the Reopen its
+// subscriptions' core asked for when the connection went (followLoss):
+// each resumes on a fresh channel of the new connection under its
+// consumer tag, as rabbitmq's supervised consumer does, and its core says
+// what follows. A subscription whose core asked for no Reopen stays
+// without a channel; invariant 13 is there to notice.
+func (r *runner) resume(w *worker, open func() (rabbitmq.Channel, error)) error {
+	for _, relayed := range []bool{false, true} {
+		kept, want := w.work, w.reopenWork
+		if relayed {
+			kept, want = w.relayWork, w.reopenRelay
+		}
+		if kept == nil || !want {
+			continue
+		}
+		ch, err := open()
+		if err != nil {
+			return fmt.Errorf("sim: worker resume: %w", err)
+		}
+		sub := &subscription{w: w, tag: kept.Tag(), back: w.back, relay: relayed}
+		r.subs[sub.tag] = sub // before resuming, which may deliver at once
+		gen, err := kept.Resume(ch)
+		var buf [2]consume.FollowAction
+		for _, a := range r.follow.Resumed(buf[:0], gen, err, false, err != nil) {
+			switch a.Kind {
+			case consume.Live:
+				sub.attach(kept)
+				if relayed {
+					w.reopenRelay, w.relaySub = false, sub
+				} else {
+					w.reopenWork, w.sub = false, sub
+					w.core.ConnectionUp(sub.gen)
+				}
+			case consume.End:
+				return fmt.Errorf("sim: worker resume on %s: %w", kept.Tag(), a.Err)
+			case consume.CancelTag, consume.Reopen:
+				return fmt.Errorf("sim: worker resume on %s: its core asked for %s", kept.Tag(), a.Kind)
+			}
+		}
+	}
+	return nil
+}
+
+// followLoss carries out, for a worker's subscription whose connection
+// the broker closed, what the subscription's core decides, as rabbitmq's
+// supervised consumer does: the process's core hears of the lost channel
+// as the process reconnects, as Worker.Run's hears late from its
+// consumers (a handler that returns meanwhile finds its delivery stale,
+// internal/execute), and the subscription resumes then (resume).
+func (r *runner) followLoss(w *worker, sub *subscription) {
+	if sub == nil {
+		return // it never resumed after an earlier loss
+	}
+	sub.dead = true
+	var buf [3]consume.FollowAction
+	for _, a := range r.follow.Stopped(buf[:0], errConnectionClosed, false, true, uint64(sub.gen)) {
+		switch a.Kind {
+		case consume.Lost:
+			if !sub.relay {
+				w.lost = append(w.lost, workercore.Gen(a.Gen))
+			}
+		case consume.Reopen:
+			if sub.relay {
+				w.reopenRelay = true
+			} else {
+				w.reopenWork = true
+			}
+		}
+	}
+}
+
+// errConnectionClosed is what a worker's subscription reads when the
+// broker closes its connection.
+var errConnectionClosed = errors.New("sim: the broker closed the connection")
