@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/benbjohnson/clock"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,12 @@ type Options struct {
 	// each connection and ignores this field. Defaults to "": unknown, and
 	// queues are declared without that argument.
 	ServerVersion string
+
+	// Clock times the hold ladder's warm-up (Topology.HoldWarmup) and a
+	// Scheduler's ticks, and stamps dead letters, as queuey's WorkerConfig
+	// and ProducerConfig Clock do theirs: a test may pass a clock.Mock.
+	// Defaults to the real clock.
+	Clock clock.Clock
 
 	// Logger receives declarations at DEBUG and refused declarations, a
 	// reopened publishing channel and consumers ended by the broker at WARN,
@@ -156,10 +163,7 @@ type Backend struct {
 	blocked   atomic.Pointer[string]
 	stopWatch chan struct{}
 
-	// now and sleep are the backend's clock, for the hold warm-up: the
-	// real one, or the simulator's (internal/backendhook).
-	now   func() time.Time
-	sleep func(ctx context.Context, d time.Duration) error
+	clock clock.Clock // Options.Clock
 
 	mu       sync.Mutex
 	closed   bool
@@ -227,6 +231,9 @@ func newBackend(open func() (Channel, error), opts Options, sup *supervisor) (*B
 	if maxSize <= 0 {
 		maxSize = DefaultMaxMessageSize
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.New()
+	}
 	closeCtx, cancelClose := context.WithCancel(context.Background())
 	b := &Backend{
 		open:        open,
@@ -246,8 +253,7 @@ func newBackend(open func() (Channel, error), opts Options, sup *supervisor) (*B
 		ripe:        make(map[string]time.Time),
 		warm:        make(map[string]bool),
 		consumers:   make(map[*consumer]struct{}),
-		now:         time.Now,
-		sleep:       sleepCtx,
+		clock:       opts.Clock,
 		stopWatch:   make(chan struct{}),
 	}
 	b.serverVersion = func() string { return opts.ServerVersion }

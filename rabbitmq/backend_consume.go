@@ -227,7 +227,7 @@ func (c *relayingConsumer) relayOne(d *consume.Delivery) {
 			}
 		case relay.Requeue:
 			b.logger.Warn("rabbitmq: relaying a held job failed; it stays in the relay queue", "queue", c.consumer.queue, "error", a.Err)
-			_ = sleepCtx(c.ctx, a.Delay)
+			_ = b.sleep(c.ctx, a.Delay)
 			_ = d.Requeue()
 		}
 	}

@@ -162,12 +162,29 @@ func (b *Backend) Declare(ctx context.Context, queues ...queuey.QueueConfig) err
 	return errors.Join(errs...)
 }
 
-// sleepCtx waits for d or ctx's end.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
+// WarmupError is the error of a publish whose context's deadline comes
+// before its queue's hold ladder has warmed up (Topology.HoldWarmup): a
+// hold, a dead letter, or a job for a quorum work queue would wait until
+// Ready, on Options.Clock, and the backend fails at once rather than wait
+// in vain. It matches context.DeadlineExceeded. Only the first process to
+// use a queue on a broker waits (docs/hold-ladder.md, "The warm-up").
+type WarmupError struct {
+	Queue string    // the work queue
+	Ready time.Time // when its ladder is old enough to hold jobs
+}
+
+func (e *WarmupError) Error() string {
+	return fmt.Sprintf("rabbitmq: queue %q: its hold ladder is new and takes no job until %s, after the context's deadline (Topology.HoldWarmup)",
+		e.Queue, e.Ready.Format(time.RFC3339Nano))
+}
+
+// Unwrap returns context.DeadlineExceeded.
+func (e *WarmupError) Unwrap() error { return context.DeadlineExceeded }
+
+// sleep waits for d on Options.Clock, or for ctx's end.
+func (b *Backend) sleep(ctx context.Context, d time.Duration) error {
 	select {
-	case <-t.C:
+	case <-b.clock.After(d):
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -179,12 +196,12 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // exists (some process saw the ladder HoldWarmup old before), or after
 // HoldWarmup.
 func (b *Backend) startWarmup(ctx context.Context, queue string) {
-	ripe, warm := b.now().Add(max(b.top.HoldWarmup, 0)), false
+	ripe, warm := b.clock.Now().Add(max(b.top.HoldWarmup, 0)), false
 	if b.top.HoldWarmup > 0 {
 		if ch, err := b.openChannel(ctx, "looking for the warm marker of queue "+strconv.Quote(queue)); err == nil {
 			// A missing queue closes the channel (404): it is throwaway.
 			if _, err := ch.QueueDeclarePassive(b.top.WarmQueue(queue), true, false, false, false, nil); err == nil {
-				ripe, warm = b.now(), true
+				ripe, warm = b.clock.Now(), true
 			}
 			_ = ch.Close()
 		}
@@ -207,13 +224,18 @@ func (b *Backend) youngQuorum(queue string) bool {
 }
 
 // awaitRipe waits until queue's ladder is HoldWarmup old
-// (Topology.HoldWarmup); then, the first time, it declares the ladder's
-// warm marker, so that later processes need not wait.
+// (Topology.HoldWarmup), on Options.Clock, or fails at once with a
+// *WarmupError if ctx's deadline comes before that; then, the first time,
+// it declares the ladder's warm marker, so that later processes need not
+// wait.
 func (b *Backend) awaitRipe(ctx context.Context, queue string) error {
 	b.mu.Lock()
 	ripe, warm := b.ripe[queue], b.warm[queue]
 	b.mu.Unlock()
-	if wait := ripe.Sub(b.now()); wait > 0 {
+	if wait := ripe.Sub(b.clock.Now()); wait > 0 {
+		if dl, ok := ctx.Deadline(); ok && dl.Before(ripe) {
+			return &WarmupError{Queue: queue, Ready: ripe}
+		}
 		if err := b.sleep(ctx, wait); err != nil {
 			return fmt.Errorf("rabbitmq: hold for queue %q: waiting %s for its hold ladder to be old enough to survive a crash: %w", queue, wait, err)
 		}

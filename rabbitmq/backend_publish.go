@@ -393,7 +393,7 @@ func (b *Backend) DeadLetter(ctx context.Context, queue string, body []byte, rea
 			HeaderAttempts:      int64(attempts),
 		},
 		DeliveryMode: amqp.Persistent,
-		Timestamp:    b.now(), // when it was dead-lettered: queuey dead show prints it
+		Timestamp:    b.clock.Now(), // when it was dead-lettered: queuey dead show prints it
 		Body:         body,
 	})
 }

@@ -49,11 +49,11 @@ func newBackendRig(t *testing.T, version membroker.Version, opts Options) *backe
 	// These are the unit tests of classic holds and of what does not
 	// depend on the hold queues; ladder_test.go has the ladder's.
 	opts.ClassicHolds = true
+	opts.Clock = clk
 	b, err := New(Channels(conn.Channel), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.now = clk.Now
 	t.Cleanup(func() { _ = b.Close() })
 	inspect, err := broker.Dial()
 	if err != nil {

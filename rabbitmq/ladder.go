@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
-	"time"
-
-	"github.com/queuey/queuey/internal/backendhook"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -146,11 +143,4 @@ func (b *Backend) Relay(ctx context.Context, queue string, d amqp.Delivery) erro
 		return fmt.Errorf("rabbitmq: relay job %q of queue %q to %q: %w", d.MessageId, queue, target, err)
 	}
 	return nil
-}
-
-func init() {
-	backendhook.SetClock = func(backend any, now func() time.Time, sleep func(context.Context, time.Duration) error) {
-		b := backend.(*Backend)
-		b.now, b.sleep = now, sleep
-	}
 }

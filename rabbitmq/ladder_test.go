@@ -121,8 +121,9 @@ func TestRelayOfAForeignMessage(t *testing.T) {
 }
 
 // A process's first hold waits until its ladder is HoldWarmup old, then
-// goes; a later one does not wait; a hold whose context ends while it
-// waits says why.
+// goes; a later one does not wait. A hold whose context's deadline comes
+// first fails at once, saying until when the ladder warms up; one whose
+// context is cancelled while it waits says why.
 func TestHoldWaitsForTheLadderToWarmUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
@@ -142,8 +143,18 @@ func TestHoldWaitsForTheLadderToWarmUp(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		err = b.Publish(ctx, testJob("jobs", "early", 0), time.Second, queuey.HoldRetry)
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("a hold whose context ends during the warm-up: %v", err)
+		we, ok := errors.AsType[*WarmupError](err)
+		if !ok || !errors.Is(err, context.DeadlineExceeded) || we.Queue != "jobs" || !we.Ready.Equal(start.Add(3*time.Second)) {
+			t.Fatalf("a hold whose deadline comes before the warm-up ends: %v", err)
+		}
+		if time.Since(start) != 0 {
+			t.Fatalf("it failed after %s, want at once", time.Since(start))
+		}
+		ctx, cancelWait := context.WithCancel(t.Context())
+		time.AfterFunc(time.Second, cancelWait)
+		err = b.Publish(ctx, testJob("jobs", "cancelled", 0), time.Second, queuey.HoldRetry)
+		if !errors.Is(err, context.Canceled) || errors.As(err, &we) || time.Since(start) != time.Second {
+			t.Fatalf("a hold whose context is cancelled 1s into the warm-up: %v, after %s", err, time.Since(start))
 		}
 		if err := b.Publish(t.Context(), testJob("jobs", "j", 0), time.Second, queuey.HoldRetry); err != nil {
 			t.Fatal(err)
@@ -348,6 +359,40 @@ func TestFailedRelayPausesThenGoesOn(t *testing.T) {
 		q, err := ch.QueueDeclarePassive(rung, true, false, false, false, nil)
 		if err != nil || q.Messages != 1 {
 			t.Fatalf("the rung holds %d messages (%v); want the job", q.Messages, err)
+		}
+	})
+}
+
+// The warm-up is timed on Options.Clock: with a mock clock, the first hold
+// waits until the mock has moved HoldWarmup on, whatever the real time.
+func TestWarmupIsTimedOnOptionsClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mock := clock.NewMock()
+		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+		conn, err := broker.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(Channels(conn.Channel), Options{Topology: Topology{HoldWarmup: 3 * time.Second}, Clock: mock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if err := b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs"}); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- b.Publish(t.Context(), testJob("jobs", "j", 0), time.Second, queuey.HoldRetry) }()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("the hold went before the mock clock moved: %v", err)
+		default:
+		}
+		mock.Add(3 * time.Second)
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -179,9 +179,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if l, ok := cons.(interface{ Lost() <-chan uint64 }); ok {
 		lost = l.Lost()
 	}
-	timer := time.NewTimer(time.Hour)
+	timer := s.b.clock.Timer(time.Hour)
 	defer timer.Stop()
-	sh := s.newShell(func(at time.Time) { timer.Reset(max(at.Sub(s.b.now()), 0)) }, nil)
+	sh := s.newShell(func(at time.Time) { timer.Reset(max(at.Sub(s.b.clock.Now()), 0)) }, nil)
 	sh.lost = lost
 	sh.start(ctx)
 	for {
@@ -256,7 +256,7 @@ func (s *Scheduler) newShell(wake func(at time.Time), wrap func(schedcore.Steppe
 }
 
 // now is the scheduler's clock: its backend's.
-func (sh *schedShell) now() time.Time { return sh.s.b.now() }
+func (sh *schedShell) now() time.Time { return sh.s.b.clock.Now() }
 
 // start is the core's first event.
 func (sh *schedShell) start(ctx context.Context) { sh.do(ctx, sh.core.Start(sh.now())) }

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/queuey/queuey/internal/backendhook"
 	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/execute"
 	"github.com/queuey/queuey/internal/settle"
@@ -31,11 +30,10 @@ func (r *runner) startWorker(w *worker) error {
 	}
 	w.conn = conn
 	open := r.channels(conn)
-	w.rb, err = rabbitmq.New(open, rabbitmq.Options{Topology: r.top, ServerVersion: conn.ServerVersion()})
+	w.rb, err = rabbitmq.New(open, r.backendOptions(conn))
 	if err != nil {
 		return fmt.Errorf("sim: worker backend: %w", err)
 	}
-	backendhook.SetClock(w.rb, r.clk.Now, notRipeYet)
 	// The worker's backend has declared nothing; it learns the queue as a
 	// worker process does, by declaring it (an equivalent redeclaration).
 	if err := w.rb.Declare(r.bg, w.q.cfg); err != nil {
@@ -73,15 +71,35 @@ func (r *runner) startWorker(w *worker) error {
 	return nil
 }
 
-// notRipe is what a worker's backend's wait returns in the simulation,
-// which cannot block: the backend would have waited d for its hold ladder
-// to warm up (rabbitmq.Topology.HoldWarmup). The shell waits on the
-// virtual clock and publishes again.
-type notRipe struct{ d time.Duration }
+// backendOptions are the options of a simulated process's backend on
+// conn: the scenario's topology, and the virtual clock.
+func (r *runner) backendOptions(conn *membroker.Connection) rabbitmq.Options {
+	return rabbitmq.Options{Topology: r.top, ServerVersion: conn.ServerVersion(), Clock: r.clk}
+}
 
-func (e *notRipe) Error() string { return "sim: the hold ladder warms up for " + e.d.String() }
+// virtualDeadline is the context of every call the simulation makes into
+// the product: never cancelled, with a deadline that is always the
+// virtual now. The simulation runs on one goroutine and cannot wait, so
+// it asks the product not to: a publish that would wait for its queue's
+// hold ladder to warm up (rabbitmq.Topology.HoldWarmup) fails at once with
+// a *rabbitmq.WarmupError saying until when, as it does for any caller
+// whose deadline comes first, and the simulation publishes again then, on
+// its clock.
+type virtualDeadline struct {
+	context.Context
+	clk *Clock
+}
 
-func notRipeYet(_ context.Context, d time.Duration) error { return &notRipe{d} }
+func (c virtualDeadline) Deadline() (time.Time, bool) { return c.clk.Now(), true }
+
+// warmingUp reports how long the backend that returned err would have
+// waited for a hold ladder to warm up, if that is why it failed.
+func (r *runner) warmingUp(err error) (time.Duration, bool) {
+	if we, ok := errors.AsType[*rabbitmq.WarmupError](err); ok {
+		return max(we.Ready.Sub(r.clk.Now()), 0), true
+	}
+	return 0, false
+}
 
 // stopWorker releases a worker's backend; its connection is already gone.
 func (r *runner) stopWorker(w *worker) {
@@ -407,11 +425,11 @@ func (r *runner) afterPublish(w *worker, a *simAction, rerouted string, err erro
 	}
 
 	held := dec.Action == queuey.ActionRetry || dec.Action == queuey.ActionDefer
-	if nr, ok := errors.AsType[*notRipe](err); ok {
+	if wait, ok := r.warmingUp(err); ok {
 		if held {
 			j.expect = j.expect[:len(j.expect)-1]
 		}
-		return nr.d
+		return wait
 	}
 	d.publishing = false
 	switch {
@@ -440,10 +458,10 @@ func (r *runner) afterPublish(w *worker, a *simAction, rerouted string, err erro
 }
 
 // afterMalformed records the dead-lettering of a body that is not an
-// envelope; the dead-letter queue may be too young yet (notRipe).
+// envelope; the dead-letter queue may be too young yet (warmingUp).
 func (r *runner) afterMalformed(w *worker, a *simAction, err error) time.Duration {
-	if nr, ok := errors.AsType[*notRipe](err); ok {
-		return nr.d
+	if wait, ok := r.warmingUp(err); ok {
+		return wait
 	}
 	if err != nil {
 		r.emit(Event{Kind: EvSettleFailed, Queue: w.q.spec.Name, Worker: w.idx, Detail: "malformed: " + settleFailure(err)})

@@ -160,11 +160,10 @@ func (r *runner) connectSched(p *schedProc) error {
 	if err != nil {
 		return err
 	}
-	rb, err := rabbitmq.New(r.channels(conn), rabbitmq.Options{Topology: r.top, ServerVersion: conn.ServerVersion()})
+	rb, err := rabbitmq.New(r.channels(conn), r.backendOptions(conn))
 	if err != nil {
 		return err
 	}
-	backendhook.SetClock(rb, r.clk.Now, notRipeYet)
 	producer, err := queuey.NewProducer(r.bg, rb, []queuey.QueueConfig{pe.tickCfg}, queuey.ProducerConfig{Clock: r.clk})
 	if err != nil {
 		return err

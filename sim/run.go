@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/queuey/queuey/internal/backendhook"
 	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/execute"
 	"github.com/queuey/queuey/internal/redial"
@@ -133,9 +132,10 @@ func runOnce(ctx context.Context, s Scenario, opts Options, ex *excerpter) (*Res
 // runner is one simulation.
 type runner struct {
 	ctx context.Context // ends the run; checked between steps
-	// bg is the context of every broker call: membroker never blocks, and
-	// a call failing because ctx ended would change the trace rather than
-	// stop the run.
+	// bg is the context of every call into the product: never cancelled
+	// (a call failing because ctx ended would change the trace rather than
+	// stop the run), with the virtual now as its deadline, so that the
+	// product never waits (virtualDeadline).
 	bg     context.Context
 	s      Scenario
 	opts   Options
@@ -344,7 +344,7 @@ func (s *subscription) attach(core *consume.Sub) {
 func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	version, _ := parseProfile(s.Profile)
 	r := &runner{
-		ctx: ctx, bg: context.Background(), s: s, opts: opts,
+		ctx: ctx, s: s, opts: opts,
 		clk: NewClock(Start),
 		top: s.Topology.rabbitmq().WithDefaults(),
 		oracle: oracle{
@@ -356,6 +356,7 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 		faultState: faultState{squatted: map[string]bool{}},
 		driver:     driver{subs: map[string]*subscription{}},
 	}
+	r.bg = virtualDeadline{context.Background(), r.clk}
 	r.relay = relay.Core{}
 	r.follow = consume.Follow{Supervised: true}
 	if wrap := opts.Sabotage.Follow; wrap != nil {
@@ -462,11 +463,10 @@ func (r *runner) deployBefore() error {
 	if err != nil {
 		return err
 	}
-	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), rabbitmq.Options{Topology: r.top, ServerVersion: conn.ServerVersion()})
+	b, err := rabbitmq.New(rabbitmq.Channels(conn.Channel), r.backendOptions(conn))
 	if err != nil {
 		return fmt.Errorf("sim: the earlier deployment's backend: %w", err)
 	}
-	backendhook.SetClock(b, r.clk.Now, notRipeYet)
 	if err := b.Declare(r.bg, r.configs...); err != nil {
 		return fmt.Errorf("sim: the earlier deployment's declaration: %w", err)
 	}

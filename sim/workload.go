@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/queuey/queuey/internal/backendhook"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -125,7 +124,7 @@ func (r *runner) enqueue(q *simQueue, n uint64) {
 	r.enqueuing = n
 	r.jobArgs = simJob{queue: q.spec.Name, N: n} // by pointer: no copy put in an interface
 	_, err := r.producer.Enqueue(r.bg, &r.jobArgs)
-	if nr := (*notRipe)(nil); errors.As(err, &nr) {
+	if wait, ok := r.warmingUp(err); ok {
 		// A young quorum work queue: Enqueue would wait for the warm-up
 		// (rabbitmq.Topology.HoldWarmup). Send it then, or when the
 		// producer is back.
@@ -133,7 +132,7 @@ func (r *runner) enqueue(q *simQueue, n uint64) {
 			r.warming = map[uint64]struct{}{}
 		}
 		r.warming[n] = struct{}{}
-		r.clk.AfterFunc(nr.d, func() {
+		r.clk.AfterFunc(wait, func() {
 			delete(r.warming, n)
 			if r.producerDown {
 				r.waiting = append(r.waiting, n)
@@ -156,10 +155,9 @@ func (r *runner) connectProducer() error {
 		return fmt.Errorf("sim: producer connection: %w", err)
 	}
 	r.producerConn = conn
-	if r.producerBack, err = rabbitmq.New(r.channels(conn), rabbitmq.Options{Topology: r.top, ServerVersion: conn.ServerVersion()}); err != nil {
+	if r.producerBack, err = rabbitmq.New(r.channels(conn), r.backendOptions(conn)); err != nil {
 		return fmt.Errorf("sim: producer backend: %w", err)
 	}
-	backendhook.SetClock(r.producerBack, r.clk.Now, notRipeYet)
 	r.producer, err = queuey.NewProducer(r.bg, r.producerBack, r.configs, queuey.ProducerConfig{
 		Clock: r.clk,
 		NewID: func() string {
