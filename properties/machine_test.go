@@ -14,7 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"pgregory.net/rapid"
 
-	"github.com/queuey/queuey/internal/backendhook"
+	"github.com/queuey/queuey/internal/acktimeout"
 	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/execute"
 	"github.com/queuey/queuey/internal/settle"
@@ -314,13 +314,16 @@ func (m *machine) start(t rapid.TB, w *worker) {
 	w.tag = fmt.Sprintf("w%d.%d", w.idx, w.starts)
 	m.byTag[w.tag] = w // before subscribing, which may deliver at once
 	w.up = true
-	// The subscription Backend.Consume makes, without its goroutine.
-	if w.sub, _, err = backendhook.Subscribe(w.back, ctx, workQueue, w.tag, m.cfg.Prefetch); err != nil {
+	// The subscription Backend.Consume makes (its own channel, the
+	// consumer's core, the consumer timeout queuey asks for), without its
+	// goroutine.
+	if w.ch, err = w.conn.Channel(); err != nil {
+		t.Fatalf("worker %d channel: %v", w.idx, err)
+	}
+	if w.sub, err = consume.Open(w.ch, workQueue, w.tag, m.cfg.Prefetch, acktimeout.ConsumeArgs(m.qcfg.WithDefaults())); err != nil {
 		t.Fatalf("worker %d consume: %v", w.idx, err)
 	}
-	var ch consume.Channel
-	ch, _, w.in, _ = w.sub.Current()
-	w.ch = ch.(*membroker.Channel)
+	_, _, w.in, _ = w.sub.Current()
 }
 
 // newCore starts w's process: a worker core, wrapped in a broken one

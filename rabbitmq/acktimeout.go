@@ -2,69 +2,30 @@ package rabbitmq
 
 import (
 	"errors"
+	"github.com/queuey/queuey/internal/acktimeout"
 	"maps"
 	"strings"
-	"time"
 
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// The broker's consumer timeout (docs/consumer-timeout.md): RabbitMQ takes
-// back a delivery left unacknowledged for its consumer_timeout (30 minutes
-// by default). A job must be settled by the worker first, at its Timeout or
-// when it abandons the handler AbandonGrace later; otherwise the job runs
-// again at the same attempt while its first run goes on, for ever if every
-// run outlasts the broker. So the backend asks each release for a limit
-// above the worker's:
-//
-//   - RabbitMQ 4.3 and later, quorum work queue: the consumer argument
-//     x-consumer-timeout, which overrides the queue's argument, a policy and
-//     consumer_timeout. RabbitMQ 4.0 accepts it and ignores it.
-//   - RabbitMQ 4.3, classic queue: no consumer timeout at all, and the
-//     argument is refused on both the queue and the consumer.
-//   - RabbitMQ 4.0, both types: the queue argument x-consumer-timeout when
-//     the queue is created, which overrides consumer_timeout (though a
-//     consumer-timeout policy lower than it still wins). RabbitMQ 4.0 checks
-//     it on no redeclaration: a queue created without it keeps the broker's
-//     limit. RabbitMQ 4.3 checks it on a quorum queue, which it lets a
-//     queue carry on after an upgrade.
-
-// ackTimeoutMargin is how far the broker's limit sits above the instant
-// a worker abandons a handler: room for settling the job (a confirmed
-// publish, then the ack) on a slow broker.
-const ackTimeoutMargin = time.Minute
-
-// brokerAckTimeout is the consumer timeout the backend asks the broker
-// for on a consumer of q (WithDefaults applied): the latest a worker
-// settles a job (Timeout, a 128th more for the shared deadline, then
-// AbandonGrace) plus ackTimeoutMargin. 10 min 1 min 9.7 s by default.
-func brokerAckTimeout(q queuey.QueueConfig) time.Duration {
-	return q.Timeout + q.Timeout/128 + queuey.AbandonGrace + ackTimeoutMargin
-}
-
-// ackTimeoutArg is x-consumer-timeout's value for q: milliseconds,
-// rounded up.
-func ackTimeoutArg(q queuey.QueueConfig) int64 {
-	return int64((brokerAckTimeout(q) + time.Millisecond - 1) / time.Millisecond)
-}
-
-// release40 reports whether version, a broker's, is RabbitMQ 4.0, the
-// release whose consumer timeout only a queue argument raises.
-func release40(version string) bool { return strings.HasPrefix(version, "4.0.") }
+// The broker's consumer timeout (docs/consumer-timeout.md): the limit and
+// the arguments that ask for it are internal/acktimeout's, which the
+// simulator subscribes with too.
 
 // workQueueDeclareArgs are q's work queue arguments, with x-consumer-timeout
 // on RabbitMQ 4.0.
 func (b *Backend) workQueueDeclareArgs(q queuey.QueueConfig) amqp.Table {
 	args := WorkQueueArgs(q.Type == queuey.Quorum, *q.MaxPriority, b.top.DeadQueue(q.Name))
-	if !release40(b.serverVersion()) {
+	if !acktimeout.Release40(b.serverVersion()) {
 		return args
 	}
 	args = maps.Clone(args)
 	if args == nil {
 		args = amqp.Table{}
 	}
-	args["x-consumer-timeout"] = ackTimeoutArg(q)
+	args["x-consumer-timeout"] = acktimeout.Arg(q)
 	return args
 }
 
@@ -75,10 +36,10 @@ func (b *Backend) consumeArgs(queue string) amqp.Table {
 	b.mu.Lock()
 	q, ok := b.declared[queue]
 	b.mu.Unlock()
-	if !ok || q.Type != queuey.Quorum {
+	if !ok {
 		return nil
 	}
-	return amqp.Table{"x-consumer-timeout": ackTimeoutArg(q)}
+	return acktimeout.ConsumeArgs(q)
 }
 
 // inequivalentAckTimeout reports whether err is RabbitMQ 4.3 refusing a

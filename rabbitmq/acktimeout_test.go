@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"github.com/queuey/queuey/internal/acktimeout"
 	"strings"
 	"testing"
 	"time"
@@ -35,16 +36,6 @@ func ackTimeoutRig(t *testing.T, v membroker.Version) (*Backend, *membroker.Brok
 	return b, broker, clk, raw
 }
 
-func TestBrokerAckTimeoutSitsAboveTheWorkersLimit(t *testing.T) {
-	q := queuey.QueueConfig{Name: "jobs"}.WithDefaults()
-	if got, want := brokerAckTimeout(q), 10*time.Minute+4687500*time.Microsecond+queuey.AbandonGrace+time.Minute; got != want {
-		t.Fatalf("brokerAckTimeout(default) = %s, want %s", got, want)
-	}
-	if got := ackTimeoutArg(q); got != 669688 {
-		t.Fatalf("ackTimeoutArg(default) = %d ms, want 669688 (rounded up)", got)
-	}
-}
-
 func TestConsumerTimeoutIsRaisedAboveTheJobsTimeout(t *testing.T) {
 	for _, v := range []membroker.Version{membroker.RabbitMQ40, membroker.RabbitMQ43} {
 		for _, typ := range []queuey.QueueType{queuey.Classic, queuey.Quorum} {
@@ -56,8 +47,8 @@ func TestConsumerTimeoutIsRaisedAboveTheJobsTimeout(t *testing.T) {
 				}
 				info, _ := broker.Queue("jobs")
 				arg, has := info.Arguments["x-consumer-timeout"]
-				if wantArg := v == membroker.RabbitMQ40; has != wantArg || (has && arg != ackTimeoutArg(q)) {
-					t.Fatalf("queue argument x-consumer-timeout = %v (present %v); want it on 4.0 only, %d ms", arg, has, ackTimeoutArg(q))
+				if wantArg := v == membroker.RabbitMQ40; has != wantArg || (has && arg != acktimeout.Arg(q)) {
+					t.Fatalf("queue argument x-consumer-timeout = %v (present %v); want it on 4.0 only, %d ms", arg, has, acktimeout.Arg(q))
 				}
 				if err := raw.Publish("", "jobs", false, false, amqp.Publishing{Body: []byte("x")}); err != nil {
 					t.Fatal(err)
@@ -76,7 +67,7 @@ func TestConsumerTimeoutIsRaisedAboveTheJobsTimeout(t *testing.T) {
 				}
 				// Past the limit the backend asked for, a release with a
 				// consumer timeout takes the delivery back.
-				clk.Add(brokerAckTimeout(q) - q.Timeout - queuey.AbandonGrace + 2*time.Second)
+				clk.Add(acktimeout.Limit(q) - q.Timeout - queuey.AbandonGrace + 2*time.Second)
 				info, _ = broker.Queue("jobs")
 				gone := v == membroker.RabbitMQ40 || typ == queuey.Quorum
 				if gone != (info.Ready == 1) {

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -176,7 +175,6 @@ type Backend struct {
 	ripe      map[string]time.Time
 	warm      map[string]bool // the ladder's warm marker is known to exist
 	consumers map[*consumer]struct{}
-	stepSubs  []*consume.Sub // subscriptions the simulator steps (stepped)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -302,15 +300,6 @@ func (b *Backend) Close() error {
 		var errs []error
 		for _, c := range consumers {
 			errs = append(errs, c.Close())
-		}
-		b.mu.Lock()
-		steps := b.stepSubs
-		b.stepSubs = nil
-		b.mu.Unlock()
-		for _, s := range steps {
-			if ch := s.Channel(); !ch.IsClosed() {
-				errs = append(errs, ch.Close())
-			}
 		}
 		b.holdLock <- struct{}{}
 		if b.hold != nil {

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/queuey/queuey/internal/backendhook"
 	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/relay"
 	"github.com/queuey/queuey/queuey"
@@ -77,12 +76,12 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queu
 	if !b.laddered(queue) {
 		return c, nil
 	}
-	relay, err := b.Consume(ctx, b.top.RelayQueue(queue), relayPrefetch)
+	relays, err := b.Consume(ctx, b.top.RelayQueue(queue), relay.Prefetch)
 	if err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("rabbitmq: consume queue %q: its relay queue: %w", queue, err)
 	}
-	rc := &relayingConsumer{consumer: c, relay: relay.(*consumer)}
+	rc := &relayingConsumer{consumer: c, relay: relays.(*consumer)}
 	rc.ctx, rc.stop = context.WithCancel(context.Background())
 	rc.wg.Add(1)
 	go rc.run()
@@ -103,49 +102,9 @@ func (b *Backend) checkConsume(queue string, prefetch int) error {
 	return nil
 }
 
-// stepped is Consume without the goroutine shell, for the simulator and
-// the properties (internal/backendhook.Subscribe): the subscription to
-// queue, and to its relay queue when it has a hold ladder. Close closes
-// their channels.
-func (b *Backend) stepped(ctx context.Context, queue, tag string, prefetch int) (work, relay *consume.Sub, err error) {
-	if err := b.checkConsume(queue, prefetch); err != nil {
-		return nil, nil, err
-	}
-	if work, err = b.subscribe(ctx, queue, tag, prefetch); err != nil {
-		return nil, nil, err
-	}
-	subs := []*consume.Sub{work}
-	if b.laddered(queue) {
-		if tag != "" {
-			tag += "-relay"
-		}
-		if relay, err = b.subscribe(ctx, b.top.RelayQueue(queue), tag, relayPrefetch); err != nil {
-			_ = work.Channel().Close()
-			return nil, nil, fmt.Errorf("rabbitmq: consume queue %q: its relay queue: %w", queue, err)
-		}
-		subs = append(subs, relay)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		for _, s := range subs {
-			_ = s.Channel().Close()
-		}
-		return nil, nil, fmt.Errorf("rabbitmq: consume queue %q: %w", queue, ErrBackendClosed)
-	}
-	b.stepSubs = append(b.stepSubs, subs...)
-	return work, relay, nil
-}
-
-func init() {
-	backendhook.Subscribe = func(backend any, ctx context.Context, queue, tag string, prefetch int) (*consume.Sub, *consume.Sub, error) {
-		return backend.(*Backend).stepped(ctx, queue, tag, prefetch)
-	}
-}
-
 // subscribe opens a fresh channel and subscribes to queue on it as tag,
 // or a generated consumer tag if it is empty: the core (internal/consume)
-// both Consume's goroutine shell and the simulator's stepping drive.
+// that Consume's goroutine shell drives, as the simulator drives it.
 func (b *Backend) subscribe(ctx context.Context, queue, tag string, prefetch int) (*consume.Sub, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -177,13 +136,10 @@ func (b *Backend) laddered(queue string) bool {
 // relayGrace bounds how long Close waits for relays in flight.
 const relayGrace = 5 * time.Second
 
-// relayPrefetch is how many relay deliveries a consumer relays at once.
-const relayPrefetch = 64
-
 // relayingConsumer is a consumer of a work queue with a hold ladder: it
 // also consumes the queue's relay queue and relays what arrives there
 // (Backend.Relay), each delivery on a goroutine of its own, as many at
-// once as relayPrefetch lets the broker send.
+// once as relay.Prefetch lets the broker send.
 type relayingConsumer struct {
 	*consumer
 	relay *consumer

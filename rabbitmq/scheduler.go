@@ -12,8 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/queuey/queuey/internal/backendhook"
-	"github.com/queuey/queuey/internal/schedcore"
+	"github.com/queuey/queuey/internal/schedshell"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -65,19 +64,6 @@ const DefaultSchedulerRefresh = time.Minute
 // RabbitMQ's default consumer timeout, 30 minutes.
 const maxSchedulerRefresh = 10 * time.Minute
 
-// schedulerActionTimeout bounds one publish or enqueue of a scheduler: a
-// confirm that never comes must not stop the schedule for good.
-const schedulerActionTimeout = 30 * time.Second
-
-// schedulerRetryDelay is how long a scheduler waits before it tries a
-// failed action again.
-const schedulerRetryDelay = time.Second
-
-// tokenPrefetch is how many tokens a leader may hold before it
-// acknowledges the surplus: a group's processes offer about one a Refresh
-// each.
-const tokenPrefetch = 100
-
 // Scheduler enqueues periodic jobs, one process of a group at a time. Its
 // processes elect a leader with RabbitMQ's single active consumer on a
 // quorum queue, and the leader passes on, in the tokens it holds, the last
@@ -92,8 +78,8 @@ type Scheduler struct {
 	queue    string
 	log      *slog.Logger
 	id       string // the process's name in its tokens
-	leading  atomic.Bool
 	running  atomic.Bool
+	shell    atomic.Pointer[schedshell.Shell] // Run's, while it runs
 }
 
 // NewScheduler checks jobs and returns a scheduler that enqueues them
@@ -112,7 +98,7 @@ func NewScheduler(backend *Backend, producer *queuey.Producer, jobs []PeriodicJo
 	if opts.Refresh < time.Second || opts.Refresh > maxSchedulerRefresh {
 		return nil, fmt.Errorf("rabbitmq: NewScheduler: Refresh %v is outside 1s..%v: a token held longer risks the broker's consumer timeout", opts.Refresh, maxSchedulerRefresh)
 	}
-	queue := "queuey.scheduler." + opts.Group
+	queue := schedshell.Queue(opts.Group)
 	if err := backend.top.CheckQueueName(queue); err != nil {
 		return nil, fmt.Errorf("rabbitmq: NewScheduler: Group %q: %w", opts.Group, err)
 	}
@@ -152,7 +138,10 @@ func NewScheduler(backend *Backend, producer *queuey.Producer, jobs []PeriodicJo
 }
 
 // Leading reports whether this process leads its group now.
-func (s *Scheduler) Leading() bool { return s.leading.Load() }
+func (s *Scheduler) Leading() bool {
+	sh := s.shell.Load()
+	return sh != nil && sh.Leading()
+}
 
 // Run declares the group's election queue (a quorum queue with single
 // active consumer), joins the election, and enqueues the jobs' ticks
@@ -165,12 +154,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return errors.New("rabbitmq: Scheduler.Run is running already")
 	}
 	defer s.running.Store(false)
-	defer s.leading.Store(false)
 	if err := s.declare(ctx); err != nil {
 		return err
 	}
 	defer s.b.forgetDeclared(s.queue)
-	cons, err := s.b.Consume(ctx, s.queue, tokenPrefetch)
+	cons, err := s.b.Consume(ctx, s.queue, schedshell.Prefetch)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: scheduler: %w", err)
 	}
@@ -181,9 +169,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	timer := s.b.clock.Timer(time.Hour)
 	defer timer.Stop()
-	sh := s.newShell(func(at time.Time) { timer.Reset(max(at.Sub(s.b.clock.Now()), 0)) }, nil)
-	sh.lost = lost
-	sh.start(ctx)
+	sh := schedshell.New(s.shellJobs(), s.id, s.opts.Refresh, schedshell.Env{
+		Now:  s.b.clock.Now,
+		Wake: func(at time.Time) { timer.Reset(max(at.Sub(s.b.clock.Now()), 0)) },
+		PublishToken: func(ctx context.Context, body []byte) error {
+			return s.b.publish(ctx, s.queue, amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json", Body: body})
+		},
+		Producer: s.producer,
+		Lost:     lost,
+		Log:      s.log,
+	}, nil)
+	s.shell.Store(sh)
+	defer s.shell.Store(nil)
+	sh.Start(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -199,11 +197,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			if g, ok := d.(interface{ Generation() uint64 }); ok {
 				gen = g.Generation()
 			}
-			sh.token(ctx, gen, d)
+			sh.Token(ctx, gen, d)
 		case gen := <-lost:
-			sh.lostGen(ctx, gen)
+			sh.Lost(ctx, gen)
 		case <-timer.C:
-			sh.time(ctx)
+			sh.Time(ctx)
 		}
 	}
 }
@@ -216,10 +214,7 @@ func (s *Scheduler) declare(ctx context.Context) error {
 		return fmt.Errorf("rabbitmq: scheduler: %w", err)
 	}
 	defer func() { _ = ch.Close() }()
-	// No delivery limit: a token returned by every leader that died
-	// holding it must not be dropped after its 21st return
-	// (docs/rabbitmq-semantics.md §5.1).
-	args := amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": -1}
+	args := schedshell.QueueArgs()
 	if _, err := ch.QueueDeclare(s.queue, true, false, false, false, args); err != nil {
 		return fmt.Errorf("rabbitmq: scheduler: declaring its election queue %q: %w", s.queue, err)
 	}
@@ -229,185 +224,11 @@ func (s *Scheduler) declare(ctx context.Context) error {
 	return nil
 }
 
-// schedShell carries out what the scheduler's core asks, one action at a
-// time, on one goroutine: Run's, or the simulator's, which steps it
-// through internal/backendhook.StepScheduler on its virtual clock.
-type schedShell struct {
-	s      *Scheduler
-	core   schedcore.Stepper
-	tokens map[schedcore.TokenRef]queuey.Delivery
-	ids    uint64             // tokens delivered so far, which name them
-	wake   func(at time.Time) // asks for a Time event at at
-	lost   <-chan uint64      // the supervised consumer's lost channels; nil without
-}
-
-// newShell returns a shell for s's core, holding no token; wrap, if not
-// nil, wraps the core (a simulator's test breaking it on purpose).
-func (s *Scheduler) newShell(wake func(at time.Time), wrap func(schedcore.Stepper) schedcore.Stepper) *schedShell {
-	schedules := make([]schedcore.Schedule, len(s.jobs))
+// shellJobs are the jobs as the shell takes them.
+func (s *Scheduler) shellJobs() []schedshell.Job {
+	jobs := make([]schedshell.Job, len(s.jobs))
 	for i, j := range s.jobs {
-		schedules[i] = schedcore.Schedule{Name: j.Name, Every: j.Every, Offset: j.Offset}
+		jobs[i] = schedshell.Job{Name: j.Name, Every: j.Every, Offset: j.Offset, Args: j.Args, Options: j.Options}
 	}
-	var core schedcore.Stepper = schedcore.New(schedules, schedcore.Config{ID: s.id, Refresh: s.opts.Refresh, RetryDelay: schedulerRetryDelay})
-	if wrap != nil {
-		core = wrap(core)
-	}
-	return &schedShell{s: s, core: core, tokens: map[schedcore.TokenRef]queuey.Delivery{}, wake: wake}
-}
-
-// now is the scheduler's clock: its backend's.
-func (sh *schedShell) now() time.Time { return sh.s.b.clock.Now() }
-
-// start is the core's first event.
-func (sh *schedShell) start(ctx context.Context) { sh.do(ctx, sh.core.Start(sh.now())) }
-
-// token hands the core a token delivered on the channel of generation gen.
-func (sh *schedShell) token(ctx context.Context, gen uint64, d queuey.Delivery) {
-	sh.ids++
-	ref := schedcore.TokenRef{Gen: gen, ID: sh.ids}
-	sh.tokens[ref] = d
-	sh.do(ctx, sh.core.Token(ref, d.Body(), sh.now()))
-}
-
-// lostGen tells the core that the channel of generation gen, and those
-// before it, are gone.
-func (sh *schedShell) lostGen(ctx context.Context, gen uint64) { sh.do(ctx, sh.lose(gen)) }
-
-// time is a wake-up the core asked for.
-func (sh *schedShell) time(ctx context.Context) { sh.do(ctx, sh.core.Time(sh.now())) }
-
-// stepped is the shell as the simulator steps it (internal/backendhook).
-type stepped struct{ sh *schedShell }
-
-func (p stepped) Declare(ctx context.Context) error { return p.sh.s.declare(ctx) }
-func (p stepped) Queue() string                     { return p.sh.s.queue }
-func (p stepped) Prefetch() int                     { return tokenPrefetch }
-func (p stepped) Start(ctx context.Context)         { p.sh.start(ctx) }
-func (p stepped) Token(ctx context.Context, gen uint64, d queuey.Delivery) {
-	p.sh.token(ctx, gen, d)
-}
-func (p stepped) Lost(ctx context.Context, gen uint64) { p.sh.lostGen(ctx, gen) }
-func (p stepped) Time(ctx context.Context)             { p.sh.time(ctx) }
-func (p stepped) Leading() bool                        { return p.sh.core.Leading() }
-func (p stepped) Rebind(scheduler any) {
-	s := scheduler.(*Scheduler)
-	s.id = p.sh.s.id
-	p.sh.s = s
-}
-
-func init() {
-	backendhook.StepScheduler = func(scheduler any, id string, wake func(at time.Time), wrap func(schedcore.Stepper) schedcore.Stepper) backendhook.Scheduler {
-		s := scheduler.(*Scheduler)
-		s.id = id
-		return stepped{s.newShell(wake, wrap)}
-	}
-}
-
-// errLeadLost is the result of an enqueue not attempted: the channel that
-// made this process the leader is gone.
-var errLeadLost = errors.New("rabbitmq: scheduler: its election channel is gone")
-
-func (sh *schedShell) do(ctx context.Context, acts []schedcore.Action) {
-	for len(acts) > 0 {
-		a := acts[0]
-		acts = acts[1:]
-		if a.Kind == schedcore.Wake {
-			sh.wake(a.At)
-			continue
-		}
-		if a.Kind == schedcore.Enqueue {
-			// Another process leads as soon as the broker has closed this
-			// one's channel: look before every enqueue, not only between
-			// events, since an enqueue may take a while.
-			if gen, ok := sh.lostNow(); ok {
-				acts = append(acts, sh.core.Done(errLeadLost, sh.now())...)
-				acts = append(acts, sh.lose(gen)...)
-				continue
-			}
-		}
-		err := sh.act(ctx, a)
-		acts = append(acts, sh.core.Done(err, sh.now())...)
-	}
-	if was := sh.s.leading.Swap(sh.core.Leading()); was != sh.core.Leading() {
-		if was {
-			sh.s.log.InfoContext(ctx, "queuey: scheduler no longer leads its group")
-		} else {
-			sh.s.log.InfoContext(ctx, "queuey: scheduler leads its group")
-		}
-	}
-}
-
-// lostNow reports a lost channel the shell has not told the core of: one
-// the supervised consumer reported, or the channel of a token it holds
-// that has closed.
-func (sh *schedShell) lostNow() (uint64, bool) {
-	select {
-	case gen := <-sh.lost:
-		return gen, true
-	default:
-	}
-	for ref, d := range sh.tokens {
-		if st, ok := d.(interface{ Stale() bool }); ok && st.Stale() {
-			return ref.Gen, true
-		}
-	}
-	return 0, false
-}
-
-// lose tells the core that the channel of generation gen, and those
-// before it, are gone with their tokens.
-func (sh *schedShell) lose(gen uint64) []schedcore.Action {
-	for ref := range sh.tokens {
-		if ref.Gen <= gen {
-			delete(sh.tokens, ref)
-		}
-	}
-	return sh.core.Lost(gen, sh.now())
-}
-
-// act carries out one effectful action.
-func (sh *schedShell) act(ctx context.Context, a schedcore.Action) error {
-	ctx, cancel := context.WithTimeout(ctx, schedulerActionTimeout)
-	defer cancel()
-	switch a.Kind {
-	case schedcore.Enqueue:
-		j := sh.s.jobs[a.Schedule]
-		id := schedcore.TickID(j.Name, a.Tick)
-		err := sh.enqueue(ctx, j, a.Tick, id)
-		if err != nil {
-			if ctx.Err() == nil {
-				sh.s.log.WarnContext(ctx, "queuey: scheduler: enqueueing a tick failed; trying again", slog.String("job_id", id), slog.String("error", err.Error()))
-			}
-			return err
-		}
-		sh.s.log.DebugContext(ctx, "queuey: scheduler: enqueued a tick", slog.String("job_id", id))
-		return nil
-	case schedcore.PublishToken:
-		err := sh.s.b.publish(ctx, sh.s.queue, amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json", Body: a.Body})
-		if err != nil && ctx.Err() == nil {
-			sh.s.log.WarnContext(ctx, "queuey: scheduler: publishing a token failed; trying again", slog.String("error", err.Error()))
-		}
-		return err
-	case schedcore.Ack:
-		d, ok := sh.tokens[a.Token]
-		if !ok {
-			return errors.New("rabbitmq: scheduler: token gone with its channel")
-		}
-		delete(sh.tokens, a.Token)
-		return d.Ack()
-	}
-	return fmt.Errorf("rabbitmq: scheduler: unknown action %d", a.Kind)
-}
-
-// enqueue enqueues job j's tick with ID id. A panic in j.Args is an error,
-// so that one schedule's bug neither kills the process nor, since the
-// core tries the failed schedule again later, stops the others.
-func (sh *schedShell) enqueue(ctx context.Context, j PeriodicJob, tick time.Time, id string) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("rabbitmq: scheduler: %s's Args panicked: %v", j.Name, v)
-		}
-	}()
-	_, err = sh.s.producer.Enqueue(ctx, queuey.WithOptions(j.Args(tick), j.Options...), queuey.WithID(id))
-	return err
+	return jobs
 }

@@ -92,19 +92,24 @@
 // connection went. The simulator only carries out what the core says, on
 // the virtual clock, and checks it.
 //
-// Each scheduler process of a Periodic group is a rabbitmq.Scheduler whose
-// shell, the code Scheduler.Run drives, the simulation steps through
-// internal/backendhook.StepScheduler: the product's own core and shell
-// elect, enqueue and record the ticks; the simulation hands each process
+// Each scheduler process of a Periodic group is the shell that
+// rabbitmq.Scheduler.Run drives (internal/schedshell), which the
+// simulation steps on its clock: the product's own core and shell elect,
+// enqueue and record the ticks; the simulation hands each process
 // its tokens, a drawn latency after the broker delivered them, and checks
 // invariant 12.
 //
 // Deliveries are taken off the worker's channel the way the backend's
-// Consume sets it up (its own channel, Qos(prefetch), manual
-// acknowledgements, basic.reject with requeue), but without its forwarding
-// goroutine, so that the simulation stays on one goroutine; publishing,
-// hold queues, dead-lettering and declarations all go through
-// rabbitmq.Backend.
+// Consume sets it up (its own channel, the consumer's core consume.Sub,
+// Qos(prefetch), manual acknowledgements, the consumer timeout of
+// internal/acktimeout, basic.reject with requeue), but without its
+// forwarding goroutine, so that the simulation stays on one goroutine; a
+// subscription whose connection drops resumes as consume.Follow decides.
+// Publishing, hold queues, dead-lettering and declarations all go through
+// rabbitmq.Backend, with the virtual clock as its Options.Clock; every
+// call carries the virtual now as its deadline, so that the backend never
+// waits (a hold ladder still warming up fails at once with a
+// *rabbitmq.WarmupError, and the simulation publishes again then).
 //
 // One more goroutine takes no part in the simulation: the trace hash is
 // computed on a goroutine of its own, a megabyte of trace records at a

@@ -1,19 +1,21 @@
-// Periodic jobs: the scenario's scheduler processes, each a
-// rabbitmq.Scheduler whose shell the simulation steps on its one goroutine
-// (internal/backendhook.StepScheduler), and invariant 12's books.
+// Periodic jobs: the scenario's scheduler processes, each the shell that
+// rabbitmq.Scheduler.Run drives (internal/schedshell), stepped on the
+// simulation's one goroutine, and invariant 12's books.
 
 package sim
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
 
-	"github.com/queuey/queuey/internal/backendhook"
 	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/redial"
 	"github.com/queuey/queuey/internal/schedcore"
+	"github.com/queuey/queuey/internal/schedshell"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	"github.com/queuey/queuey/rabbitmq"
@@ -22,10 +24,9 @@ import (
 
 // schedGroup is the group's name in the simulation, and electionQueue its
 // election queue.
-const (
-	schedGroup    = "sim"
-	electionQueue = "queuey.scheduler." + schedGroup
-)
+const schedGroup = "sim"
+
+var electionQueue = schedshell.Queue(schedGroup)
 
 // periodic is the state of the scenario's scheduler group.
 type periodic struct {
@@ -36,7 +37,7 @@ type periodic struct {
 	// process (pumpPeriodic gives each its delivery latency).
 	arrived  []arrival
 	acting   *schedProc // the process whose step is under way
-	jobs     []rabbitmq.PeriodicJob
+	jobs     []schedshell.Job
 	tickCfg  queuey.QueueConfig
 	election string // the election queue
 	tickArgs tickJob
@@ -65,7 +66,7 @@ type schedProc struct {
 	conn *membroker.Connection
 	rb   *rabbitmq.Backend
 	// step is the process's scheduler shell; nil while it is dead.
-	step    backendhook.Scheduler
+	step    *schedshell.Shell
 	sub     *consume.Sub
 	tag     string // the current subscription's consumer tag
 	in      <-chan amqp.Delivery
@@ -77,7 +78,8 @@ type schedProc struct {
 	deliveries uint64
 	takeAt     time.Duration
 	wake       *StoppableTimer
-	leading    bool // what the shell said last, for the trace
+	wakeFn     func(at time.Time) // the shell's Wake, kept across reconnections
+	leading    bool               // what the shell said last, for the trace
 	// token: the broker has handed this process a token on its current
 	// subscription, whose connection is open (invariant 12).
 	token bool
@@ -135,7 +137,7 @@ func (r *runner) startPeriodic() error {
 	pe := r.per
 	pe.tickArgs.queue = ps.Queue
 	for _, sc := range ps.Schedules {
-		pe.jobs = append(pe.jobs, rabbitmq.PeriodicJob{Name: sc.Name, Every: sc.Every.D(), Offset: sc.Offset.D(),
+		pe.jobs = append(pe.jobs, schedshell.Job{Name: sc.Name, Every: sc.Every.D(), Offset: sc.Offset.D(),
 			Args: func(tick time.Time) queuey.JobArgs { pe.tickArgs.At = tick; return &pe.tickArgs }})
 	}
 	for i := range ps.Processes {
@@ -168,28 +170,38 @@ func (r *runner) connectSched(p *schedProc) error {
 	if err != nil {
 		return err
 	}
-	sched, err := rabbitmq.NewScheduler(rb, producer, pe.jobs, rabbitmq.SchedulerOptions{
-		Group: schedGroup, Refresh: r.s.Periodic.Refresh.D(), Logger: slog.New(slog.DiscardHandler)})
+	tokens, err := newTokenPublisher(r.channels(conn), electionQueue)
 	if err != nil {
 		return err
 	}
 	p.conn, p.rb = conn, rb
+	env := schedshell.Env{
+		Now:          r.clk.Now,
+		PublishToken: tokens.publish,
+		Producer:     producer,
+		Log:          slog.New(slog.DiscardHandler),
+	}
 	starting := p.step == nil
 	if starting {
 		p.life++
 		life := p.life
-		p.step = backendhook.StepScheduler(sched, fmt.Sprintf("p%d.%d", p.idx, life), func(at time.Time) {
+		env.Wake = func(at time.Time) {
 			if p.wake != nil {
 				p.wake.Stop()
 			}
 			p.wake = r.clk.Stoppable(max(at.Sub(r.clk.Now()), 0), func() bool { return p.life == life && p.step != nil },
 				func() { r.stepSched(p, func() { p.step.Time(r.bg) }) })
-		}, r.opts.wrapSched)
+		}
+		p.wakeFn = env.Wake
+		p.step = schedshell.New(pe.jobs, fmt.Sprintf("p%d.%d", p.idx, life), r.s.Periodic.Refresh.D(), env, r.opts.wrapSched)
 	} else {
-		p.step.Rebind(sched)
+		env.Wake = p.wakeFn
+		p.step.Rebind(env)
 	}
-	if err := p.step.Declare(r.bg); err != nil {
-		return err
+	// The election queue, declared as Scheduler.Run does at its start and
+	// a supervised backend does again after a reconnection.
+	if err := declareOn(r.channels(conn), electionQueue, schedshell.QueueArgs()); err != nil {
+		return fmt.Errorf("sim: declaring the election queue: %w", err)
 	}
 	p.tags++
 	p.gen++
@@ -201,7 +213,7 @@ func (r *runner) connectSched(p *schedProc) error {
 	if pe.up++; pe.up == 1 {
 		pe.upSince = r.now()
 	}
-	sub, _, err := backendhook.Subscribe(rb, r.bg, p.step.Queue(), tag, p.step.Prefetch())
+	sub, err := subscribeOn(r.channels(conn), electionQueue, tag, schedshell.Prefetch, nil)
 	if err != nil {
 		return err
 	}
@@ -603,4 +615,62 @@ type PeriodicResult struct {
 	Duplicates int `json:"duplicates"`
 	// Leaderless is how long no process led, in all.
 	Leaderless Duration `json:"leaderless"`
+}
+
+// tokenPublisher publishes a scheduler process's tokens on a channel of
+// its own in confirm mode, as its backend's publisher does for
+// Scheduler.Run: persistent, mandatory, and done once the broker has
+// confirmed (membroker confirms, or returns, before its call returns).
+type tokenPublisher struct {
+	ch       rabbitmq.Channel
+	queue    string
+	confirms chan amqp.Confirmation
+	returns  chan amqp.Return
+}
+
+func newTokenPublisher(open func() (rabbitmq.Channel, error), queue string) (*tokenPublisher, error) {
+	ch, err := open()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, err
+	}
+	return &tokenPublisher{ch: ch, queue: queue,
+		confirms: ch.NotifyPublish(make(chan amqp.Confirmation, 1)),
+		returns:  ch.NotifyReturn(make(chan amqp.Return, 1))}, nil
+}
+
+func (t *tokenPublisher) publish(ctx context.Context, body []byte) error {
+	err := t.ch.PublishWithContext(ctx, "", t.queue, true, false,
+		amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json", Body: body})
+	if err != nil {
+		return err
+	}
+	var c amqp.Confirmation
+	select {
+	case c = <-t.confirms:
+	default:
+		return errors.New("sim: a token's publish was not confirmed")
+	}
+	select {
+	case ret := <-t.returns:
+		return fmt.Errorf("sim: a token's publish was returned: %d %s", ret.ReplyCode, ret.ReplyText)
+	default:
+	}
+	if !c.Ack {
+		return errors.New("sim: a token's publish was nacked")
+	}
+	return nil
+}
+
+// declareOn declares queue, durable, with args, on a throwaway channel.
+func declareOn(open func() (rabbitmq.Channel, error), queue string, args amqp.Table) error {
+	ch, err := open()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	_, err = ch.QueueDeclare(queue, true, false, false, false, args)
+	return err
 }

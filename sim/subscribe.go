@@ -9,28 +9,29 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/queuey/queuey/internal/backendhook"
+	"github.com/queuey/queuey/internal/acktimeout"
 	"github.com/queuey/queuey/internal/consume"
+	"github.com/queuey/queuey/internal/relay"
 	"github.com/queuey/queuey/internal/workercore"
 	"github.com/queuey/queuey/rabbitmq"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // subscribe subscribes a process that has just started to its queue, and
-// to the queue's relay queue with a hold ladder. The subscriptions are
-// rabbitmq.Backend.Consume's (a channel of their own, Qos(prefetch),
-// manual acknowledgements, settled through their core, internal/consume),
-// stepped here without the backend's forwarding goroutine: membroker hands
-// deliveries over before its calls return, so the simulation takes them
-// straight off the channel, on its one goroutine, without a thread handoff
-// per message.
+// to the queue's relay queue with a hold ladder, as rabbitmq's
+// Backend.Consume does: each on a channel of its own, through the
+// consumer's core (consume.Open: Qos(prefetch), manual acknowledgements),
+// with the consumer timeout queuey asks for (acktimeout.ConsumeArgs), the
+// relay at relay.Prefetch. They are stepped here without the backend's
+// forwarding goroutine: membroker hands deliveries over before its calls
+// return, so the simulation takes them straight off the channel, on its
+// one goroutine, without a thread handoff per message.
 func (r *runner) subscribe(w *worker, open func() (rabbitmq.Channel, error)) error {
 	w.tags++
 	tag := fmt.Sprintf("%s-w%d-%d", w.q.spec.Name, w.idx, w.tags)
 	sub := &subscription{w: w, tag: tag, back: w.back}
 	r.subs[tag] = sub // before subscribing, which may deliver at once
-	rsub := &subscription{w: w, tag: tag + "-relay", back: w.back, relay: true}
-	r.subs[rsub.tag] = rsub
-	work, relay, err := backendhook.Subscribe(w.rb, r.bg, w.q.spec.Name, tag, w.q.cfg.Prefetch)
+	work, err := subscribeOn(open, w.q.spec.Name, tag, w.q.cfg.Prefetch, acktimeout.ConsumeArgs(w.q.cfg.WithDefaults()))
 	if err != nil {
 		return fmt.Errorf("sim: worker consume: %w", err)
 	}
@@ -38,14 +39,31 @@ func (r *runner) subscribe(w *worker, open func() (rabbitmq.Channel, error)) err
 	sub.attach(work)
 	w.core.ConnectionUp(sub.gen)
 	w.sub = sub
-	if relay != nil {
-		w.relayWork = relay
-		rsub.attach(relay)
-		w.relaySub = rsub
-	} else {
-		delete(r.subs, rsub.tag)
+	if r.top.ClassicHolds {
+		return nil
 	}
+	rsub := &subscription{w: w, tag: tag + "-relay", back: w.back, relay: true}
+	r.subs[rsub.tag] = rsub
+	if w.relayWork, err = subscribeOn(open, r.top.RelayQueue(w.q.spec.Name), rsub.tag, relay.Prefetch, nil); err != nil {
+		return fmt.Errorf("sim: worker consume: its relay queue: %w", err)
+	}
+	rsub.attach(w.relayWork)
+	w.relaySub = rsub
 	return nil
+}
+
+// subscribeOn subscribes to queue on a fresh channel.
+func subscribeOn(open func() (rabbitmq.Channel, error), queue, tag string, prefetch int, args amqp.Table) (*consume.Sub, error) {
+	ch, err := open()
+	if err != nil {
+		return nil, err
+	}
+	sub, err := consume.Open(ch, queue, tag, prefetch, args)
+	if err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("consume queue %q: %w", queue, err)
+	}
+	return sub, nil
 }
 
 // resume carries out, for a process that reconnected, the Reopen its

@@ -16,6 +16,10 @@ package relay
 
 import "time"
 
+// Prefetch is how many deliveries of its relay queue a work queue's
+// consumer relays at once: its relay subscription's Qos.
+const Prefetch = 64
+
 // Kind is what an action asks the shell to do.
 type Kind int
 
