@@ -277,7 +277,7 @@ var backoff = redial.Backoff{Initial: rabbitmq.DefaultBackoffInitial, Max: rabbi
 // wait its loop asked for last, and since when. A process that crashes
 // and starts again gets a new loop, whose first dial needs no wait.
 type dialWatch struct {
-	loop    *redial.Core
+	loop    redial.Stepper
 	waiting bool // loop asked for a wait and no dial has followed it
 	from    time.Duration
 	wait    time.Duration
@@ -290,7 +290,7 @@ type dialWatch struct {
 // Full jitter allows any wait down to zero, so a single short wait proves
 // nothing; a process that dials without waiting, or twice for one wait
 // (two loops alive at once), or sooner than its wait, breaks it.
-func (r *runner) checkDial(watch *dialWatch, loop *redial.Core, ev redial.Event) {
+func (r *runner) checkDial(watch *dialWatch, loop redial.Stepper, ev redial.Event) {
 	w := *watch
 	*watch = dialWatch{loop: loop}
 	switch {
@@ -309,18 +309,23 @@ func (r *runner) checkDial(watch *dialWatch, loop *redial.Core, ev redial.Event)
 }
 
 // newLoop is a reconnection loop with rabbitmq.Backoff's defaults, its
-// jitter drawn from the seed under key.
-func (r *runner) newLoop(key uint64) *redial.Core {
+// jitter drawn from the seed under key (wrapped as a test asks,
+// Options.wrapDial).
+func (r *runner) newLoop(key uint64) redial.Stepper {
 	var n uint64
-	return redial.New(1, backoff,
+	var loop redial.Stepper = redial.New(1, backoff,
 		func() float64 { n++; return r.draw(key, n, streamBackoff) })
+	if wrap := r.opts.wrapDial; wrap != nil {
+		loop = wrap(loop)
+	}
+	return loop
 }
 
 // runLoop carries out a reconnection loop's actions on the virtual clock:
 // a Wait becomes a timer, a Dial fails while the broker is unreachable and
 // otherwise calls connect. alive says whether the loop is still its
 // process's (a crash replaces it); failed traces a failed attempt.
-func (r *runner) runLoop(loop *redial.Core, watch *dialWatch, acts []redial.Action, alive func() bool, connect func() error, failed func(attempt int)) {
+func (r *runner) runLoop(loop redial.Stepper, watch *dialWatch, acts []redial.Action, alive func() bool, connect func() error, failed func(attempt int)) {
 	attempt := 0
 	for len(acts) > 0 {
 		a := acts[0]
@@ -333,11 +338,7 @@ func (r *runner) runLoop(loop *redial.Core, watch *dialWatch, acts []redial.Acti
 			}
 		case redial.Wait:
 			*watch = dialWatch{loop: loop, waiting: true, from: r.now(), wait: a.Delay}
-			wait := a.Delay
-			if r.opts.mutate == mutDialStorm {
-				wait /= 2
-			}
-			r.clk.AfterFunc(wait, func() {
+			r.clk.AfterFunc(a.Delay, func() {
 				if alive() {
 					r.runLoop(loop, watch, loop.TimerFired(), alive, connect, failed)
 				}
@@ -357,7 +358,7 @@ func (r *runner) runLoop(loop *redial.Core, watch *dialWatch, acts []redial.Acti
 
 // runWorkerLoop runs worker w's reconnection loop (its process of
 // generation gen).
-func (r *runner) runWorkerLoop(w *worker, loop *redial.Core, gen int, acts []redial.Action) {
+func (r *runner) runWorkerLoop(w *worker, loop redial.Stepper, gen int, acts []redial.Action) {
 	r.runLoop(loop, &w.dialWatch, acts,
 		func() bool { return w.gen == gen && w.dial == loop && !w.up },
 		func() error { return r.connectWorker(w) },
@@ -368,7 +369,7 @@ func (r *runner) runWorkerLoop(w *worker, loop *redial.Core, gen int, acts []red
 
 // runProducerLoop runs the producer's reconnection loop; once connected,
 // the jobs that arrived meanwhile go out in order.
-func (r *runner) runProducerLoop(loop *redial.Core, acts []redial.Action) {
+func (r *runner) runProducerLoop(loop redial.Stepper, acts []redial.Action) {
 	r.runLoop(loop, &r.producerDialWatch, acts,
 		func() bool { return r.producerDial == loop && r.producerDown },
 		func() error {

@@ -9,9 +9,11 @@ package sim
 import (
 	"context"
 	"github.com/queuey/queuey/internal/consume"
+	"github.com/queuey/queuey/internal/redial"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -359,4 +361,50 @@ func grepLines(s string, subs ...string) string {
 		}
 	}
 	return b.String()
+}
+
+// dialStorm is the reconnection loop's core with its waits halved: each
+// dial comes half the wait the core drew (and reports) too early.
+func dialStorm(core redial.Stepper) redial.Stepper { return hasty{core} }
+
+type hasty struct{ redial.Stepper }
+
+func halve(acts []redial.Action) []redial.Action {
+	for i := range acts {
+		if acts[i].Kind == redial.Wait {
+			acts[i].Delay /= 2
+		}
+	}
+	return acts
+}
+
+func (h hasty) Start() []redial.Action { return halve(h.Stepper.Start()) }
+func (h hasty) DialDone(err error, fatal bool) []redial.Action {
+	return halve(h.Stepper.DialDone(err, fatal))
+}
+func (h hasty) TimerFired() []redial.Action    { return halve(h.Stepper.TimerFired()) }
+func (h hasty) Lost(err error) []redial.Action { return halve(h.Stepper.Lost(err)) }
+
+// strayHolds declares, beside each classic hold queue the backend
+// declares, ten more of longer TTLs (the name's TTL with a digit after
+// it), as a backend that rounded nothing would: hold queues past the
+// bound the granularities allow.
+func strayHolds(ch rabbitmq.Channel) rabbitmq.Channel { return strayHoldChannel{ch} }
+
+type strayHoldChannel struct{ rabbitmq.Channel }
+
+func (c strayHoldChannel) QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error) {
+	q, err := c.Channel.QueueDeclare(name, durable, autoDelete, exclusive, noWait, args)
+	ttl, isHold := args["x-message-ttl"].(int64)
+	if err != nil || !isHold || !strings.HasSuffix(name, "."+strconv.FormatInt(ttl, 10)) {
+		return q, err
+	}
+	for d := range int64(10) {
+		stray := maps.Clone(args)
+		stray["x-message-ttl"] = ttl*10 + d
+		if _, err := c.Channel.QueueDeclare(name+strconv.FormatInt(d, 10), durable, autoDelete, exclusive, noWait, stray); err != nil {
+			return q, err
+		}
+	}
+	return q, nil
 }

@@ -88,7 +88,7 @@ type schedProc struct {
 	// unrecorded are its copies of ticks no token of its has carried yet.
 	unrecorded []*tickCopy
 	// dial is its reconnection loop.
-	dial      *redial.Core
+	dial      redial.Stepper
 	dialWatch dialWatch
 	dials     uint64
 }
@@ -471,7 +471,7 @@ func (r *runner) schedBrokerDown(close func()) {
 }
 
 // runSchedLoop runs p's reconnection loop.
-func (r *runner) runSchedLoop(p *schedProc, loop *redial.Core, acts []redial.Action) {
+func (r *runner) runSchedLoop(p *schedProc, loop redial.Stepper, acts []redial.Action) {
 	r.runLoop(loop, &p.dialWatch, acts,
 		func() bool { return p.dial == loop && !p.up },
 		func() error {

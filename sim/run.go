@@ -44,8 +44,6 @@ type Options struct {
 	// as it is.
 	Sabotage sabotage.Set
 
-	mutate mutation // tests only: break queuey on purpose to prove a check fires
-
 	// wrapCore, if set, wraps each worker process's core (the product's
 	// settle.Core) before its executor drives it: a test's own code that
 	// breaks the core on purpose. A wrapped core may settle a delivery
@@ -53,17 +51,10 @@ type Options struct {
 	wrapCore func(execute.Core[*simDelivery]) execute.Core[*simDelivery]
 	// wrapSched, if set, wraps each scheduler process's core likewise.
 	wrapSched func(schedcore.Stepper) schedcore.Stepper
+	// wrapDial, if set, wraps each process's reconnection loop's core
+	// (internal/redial) likewise.
+	wrapDial func(redial.Stepper) redial.Stepper
 }
-
-// mutation is a deliberate bug the tests inject to show that an invariant
-// check catches it.
-type mutation int
-
-const (
-	mutNone      mutation = iota
-	mutHoldBound          // the hold-queue bound is taken as 1
-	mutDialStorm          // a reconnecting process waits half of what its backoff asks
-)
 
 // keepsDeliveries says that a delivery may be settled again after its
 // acknowledgement, so it must not be recycled then.
@@ -102,7 +93,7 @@ func Run(ctx context.Context, s Scenario, opts Options) (*Result, error) {
 		}
 		ex.until = max(ex.until, v.seq)
 	}
-	again, err := runOnce(ctx, s, Options{MaxViolations: opts.MaxViolations, Sabotage: opts.Sabotage, mutate: opts.mutate, wrapCore: opts.wrapCore, wrapSched: opts.wrapSched}, ex)
+	again, err := runOnce(ctx, s, Options{MaxViolations: opts.MaxViolations, Sabotage: opts.Sabotage, wrapCore: opts.wrapCore, wrapSched: opts.wrapSched, wrapDial: opts.wrapDial}, ex)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +157,7 @@ type workload struct {
 	producerBack      *rabbitmq.Backend
 	producer          *queuey.Producer
 	producerDown      bool // its connection is gone: arrivals wait
-	producerDial      *redial.Core
+	producerDial      redial.Stepper
 	producerDialWatch dialWatch
 	producerGen       uint64   // producer reconnection loops so far
 	waiting           []uint64 // jobs that arrived while it was down, in order
@@ -286,7 +277,7 @@ type worker struct {
 	reopenWork, reopenRelay bool
 	// dial is the process's reconnection loop (internal/redial, the code
 	// rabbitmq.Connect runs), made when it reconnects; nil before.
-	dial      *redial.Core
+	dial      redial.Stepper
 	dialWatch dialWatch
 	dials     uint64 // processes so far, which keys its jitter draws
 	// restart is how long the process stays down after its next crash;
@@ -398,9 +389,6 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 			malformed: map[uint64][]byte{},
 		}
 		q.holdBound = holdBound(cfg, spec, r.top)
-		if opts.mutate == mutHoldBound {
-			q.holdBound = 1
-		}
 		r.queues = append(r.queues, q)
 		r.byName[spec.Name] = q
 		r.byName[q.dead] = q

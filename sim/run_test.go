@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/queuey/queuey/internal/redial"
 	"regexp"
 	"strings"
 	"testing"
@@ -329,19 +330,19 @@ func (staleBlind) Stale(*consume.Delivery) bool { return false }
 func TestChecksHaveTeeth(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		mut  mutation
 		inv  int
-		sab  sabotage.Set          // a core wrapped by the test's own code
-		core func(simCore) simCore // the worker core, wrapped by the test's own code (mutations_test.go)
-		s    func() Scenario       // the scenario, if not mixed's
+		sab  sabotage.Set                        // a core wrapped by the test's own code
+		core func(simCore) simCore               // the worker core, wrapped by the test's own code (mutations_test.go)
+		dial func(redial.Stepper) redial.Stepper // the reconnection loop's core, likewise
+		s    func() Scenario                     // the scenario, if not mixed's
 	}{
-		{"holds released early", mutNone, 1, sabotage.Set{Backend: holdsEarly}, nil, nil},
-		{"holds shorter than their TTL", mutNone, 2, sabotage.Set{Backend: holdsEarly}, nil, nil},
-		{"a deferral spends an attempt", mutNone, 3, sabotage.Set{Backend: deferralSpendsAttempt}, nil, nil},
-		{"a deferral at priority 0", mutNone, 4, sabotage.Set{Backend: deferralAtPriority0}, nil, nil},
-		{"a retry lost", mutNone, 5, sabotage.Set{Backend: retryLost}, nil, nil},
-		{"a dead letter with the wrong reason", mutNone, 8, sabotage.Set{Backend: wrongReason}, nil, nil},
-		{"more hold queues than the bound", mutHoldBound, 7, sabotage.Set{}, nil, func() Scenario {
+		{"holds released early", 1, sabotage.Set{Backend: holdsEarly}, nil, nil, nil},
+		{"holds shorter than their TTL", 2, sabotage.Set{Backend: holdsEarly}, nil, nil, nil},
+		{"a deferral spends an attempt", 3, sabotage.Set{Backend: deferralSpendsAttempt}, nil, nil, nil},
+		{"a deferral at priority 0", 4, sabotage.Set{Backend: deferralAtPriority0}, nil, nil, nil},
+		{"a retry lost", 5, sabotage.Set{Backend: retryLost}, nil, nil, nil},
+		{"a dead letter with the wrong reason", 8, sabotage.Set{Backend: wrongReason}, nil, nil, nil},
+		{"more hold queues than the bound", 7, sabotage.Set{Channel: strayHolds}, nil, nil, func() Scenario {
 			s := mixed("classic", "RabbitMQ40")
 			s.Topology.HoldType = "classic" // the ladder's rungs are declared with the queue
 			return s
@@ -349,33 +350,33 @@ func TestChecksHaveTeeth(t *testing.T) {
 		// The worker core's own settlement, as Worker.Run runs it. A
 		// successor the broker refuses: acknowledged first, the job is
 		// gone.
-		{"the core acks before the successor is confirmed", mutNone, 5, sabotage.Set{}, ackFirst, refusedHold},
-		{"the core settles a pre-drop delivery on the new connection", mutNone, 5, sabotage.Set{}, settleStale, nil},
+		{"the core acks before the successor is confirmed", 5, sabotage.Set{}, ackFirst, nil, refusedHold},
+		{"the core settles a pre-drop delivery on the new connection", 5, sabotage.Set{}, settleStale, nil, nil},
 		// The consumer's core, as rabbitmq.Backend.Consume runs it, its
 		// guards bypassed by wrappers below.
-		{"a second acknowledgement reaches the broker", mutNone, 10, sabotage.Set{Settle: settleTwice}, ackTwice, nil},
-		{"a delivery whose channel closed is not stale", mutNone, 5, sabotage.Set{Settle: neverStale}, nil, nil},
+		{"a second acknowledgement reaches the broker", 10, sabotage.Set{Settle: settleTwice}, ackTwice, nil, nil},
+		{"a delivery whose channel closed is not stale", 5, sabotage.Set{Settle: neverStale}, nil, nil, nil},
 		// The subscription's core, as rabbitmq's supervised consumer runs
 		// it: a worker whose connection drops must consume again.
-		{"a subscription does not resume after its connection drops", mutNone, 13, sabotage.Set{Follow: neverResume}, nil, nil},
-		// The reconnection loop's shell, as rabbitmq.Connect's supervisor
+		{"a subscription does not resume after its connection drops", 13, sabotage.Set{Follow: neverResume}, nil, nil, nil},
+		// The reconnection loop's core, as rabbitmq.Connect's supervisor
 		// runs it.
-		{"a process redials before its backoff is over", mutDialStorm, 9, sabotage.Set{}, nil, func() Scenario {
+		{"a process redials before its backoff is over", 9, sabotage.Set{}, nil, dialStorm, func() Scenario {
 			s := mixed("classic", "RabbitMQ40")
 			s.Faults = append(s.Faults, Fault{At: dur(30 * time.Second), Kind: FaultOutage, For: dur(10 * time.Second)})
 			return s
 		}},
 		// The worker core without its timeout: the broker takes back the
 		// delivery of a handler that outlasts its consumer timeout.
-		{"the worker ignores its timeout (4.0, classic)", mutNone, 11, sabotage.Set{}, ignoreTimeout, func() Scenario { return longJobs("classic", "RabbitMQ40") }},
-		{"the worker ignores its timeout (4.3, quorum)", mutNone, 11, sabotage.Set{}, ignoreTimeout, func() Scenario { return longJobs("quorum", "RabbitMQ43") }},
+		{"the worker ignores its timeout (4.0, classic)", 11, sabotage.Set{}, ignoreTimeout, nil, func() Scenario { return longJobs("classic", "RabbitMQ40") }},
+		{"the worker ignores its timeout (4.3, quorum)", 11, sabotage.Set{}, ignoreTimeout, nil, func() Scenario { return longJobs("quorum", "RabbitMQ43") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := mixed("classic", "RabbitMQ40")
 			if c.s != nil {
 				s = c.s()
 			}
-			res, _ := run(t, s, Options{mutate: c.mut, Sabotage: c.sab, wrapCore: c.core})
+			res, _ := run(t, s, Options{Sabotage: c.sab, wrapCore: c.core, wrapDial: c.dial})
 			for _, v := range res.Violations {
 				if v.Invariant == c.inv {
 					if len(v.Excerpt) == 0 {

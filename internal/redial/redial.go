@@ -120,6 +120,19 @@ type Core struct {
 	url     int   // of the dial out
 }
 
+// Stepper is what a shell drives: *Core, or a test's wrapper around one
+// that rewrites what it answers.
+type Stepper interface {
+	Gen() uint64
+	Start() []Action
+	DialDone(err error, fatal bool) []Action
+	TimerFired() []Action
+	Lost(err error) []Action
+	Close() []Action
+}
+
+var _ Stepper = (*Core)(nil)
+
 // New returns a core for urls URLs (at least one), waiting as backoff says
 // with jitter drawn from rand.
 func New(urls int, backoff Backoff, rand func() float64) *Core {
