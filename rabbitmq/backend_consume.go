@@ -161,32 +161,37 @@ func (c *relayingConsumer) run() {
 	}
 }
 
-// relayOne carries out, for d, what the relay's core (internal/relay)
-// asks: relay it, then acknowledge it once the publish is confirmed, or
-// return it to the relay queue after a pause.
+// relayOne relays d as the relay's core decides (relay.Run): publish the
+// job on, then acknowledge d once the publish is confirmed, or return it
+// to the relay queue after a pause.
 func (c *relayingConsumer) relayOne(d *consume.Delivery) {
-	b := c.consumer.b
-	var core relay.Core
-	var buf [2]relay.Action
-	acts := core.Delivered(buf[:0], d.Stale())
-	for len(acts) > 0 {
-		a := acts[0]
-		acts = acts[1:]
-		switch a.Kind {
-		case relay.Relay:
-			acts = core.Relayed(acts, b.Relay(c.ctx, c.consumer.queue, d.D))
-		case relay.Ack:
-			if err := d.Ack(); err != nil {
-				// Its channel went after the publish: the broker requeues
-				// it, and the job goes on twice (at least once, never lost).
-				b.logger.Debug("rabbitmq: relayed job's acknowledgement failed", "queue", c.consumer.queue, "error", err)
-			}
-		case relay.Requeue:
-			b.logger.Warn("rabbitmq: relaying a held job failed; it stays in the relay queue", "queue", c.consumer.queue, "error", a.Err)
-			_ = b.sleep(c.ctx, a.Delay)
-			_ = d.Requeue()
-		}
+	relay.Run(relay.Core{}, d.Stale(), relayShell{c, d})
+}
+
+// relayShell is what relaying one delivery does here: on the consumer's
+// goroutine for it, with its backend, on Options.Clock.
+type relayShell struct {
+	c *relayingConsumer
+	d *consume.Delivery
+}
+
+func (r relayShell) Publish() error {
+	return r.c.consumer.b.Relay(r.c.ctx, r.c.consumer.queue, r.d.D)
+}
+
+func (r relayShell) Ack() {
+	if err := r.d.Ack(); err != nil {
+		// Its channel went after the publish: the broker requeues it, and
+		// the job goes on twice (at least once, never lost).
+		r.c.consumer.b.logger.Debug("rabbitmq: relayed job's acknowledgement failed", "queue", r.c.consumer.queue, "error", err)
 	}
+}
+
+func (r relayShell) Requeue(delay time.Duration, why error) {
+	b := r.c.consumer.b
+	b.logger.Warn("rabbitmq: relaying a held job failed; it stays in the relay queue", "queue", r.c.consumer.queue, "error", why)
+	_ = b.sleep(r.c.ctx, delay)
+	_ = r.d.Requeue()
 }
 
 // Cancel cancels both subscriptions; relays in flight finish.

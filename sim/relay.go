@@ -1,50 +1,61 @@
 package sim
 
-// The relay's shell: the workers' relay subscriptions step the product's
-// relay core (internal/relay) on the virtual clock.
+// The relay's shell: the workers' relay subscriptions run the product's
+// relay (internal/relay: its core, and the loop that carries it out) on
+// the virtual clock.
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/queuey/queuey/internal/consume"
 	"github.com/queuey/queuey/internal/relay"
 )
 
 // relayOne carries out, for a delivery from the relay queue, what the
-// relay's core (internal/relay) asks, as rabbitmq's relaying consumer does:
-// Backend.Relay publishes the job to its next rung or back to its work
-// queue; the delivery is acknowledged once that publish is confirmed, or
-// returned after a pause on the virtual clock. An acknowledgement the core
-// asks for before its relay was confirmed breaks conservation (5): were
-// the publish lost, the job would be in no queue.
+// relay's core decides, through the loop rabbitmq's relaying consumer runs
+// (relay.Run): Backend.Relay publishes the job to its next rung or back to
+// its work queue; the delivery is acknowledged once that publish is
+// confirmed, or returned after a pause on the virtual clock. An
+// acknowledgement the core asks for before its relay was confirmed breaks
+// conservation (5): were the publish lost, the job would be in no queue.
 func (r *runner) relayOne(sub *subscription, d *consume.Delivery) {
 	w := sub.w
 	if sub.dead || sub != w.relaySub {
 		return // its process or connection is gone: the broker requeues it
 	}
-	n := jobNumber(d.D.MessageId)
-	confirmed := false
-	var buf [2]relay.Action
-	acts := r.relay.Delivered(buf[:0], d.Stale())
-	for len(acts) > 0 {
-		a := acts[0]
-		acts = acts[1:]
-		switch a.Kind {
-		case relay.Relay:
-			r.relaying, r.relayJob = true, r.job(n)
-			err := w.rb.Relay(r.bg, w.q.spec.Name, d.D)
-			r.relaying, r.relayJob = false, nil
-			if err != nil {
-				r.emit(Event{Kind: EvSettleFailed, Job: n, Queue: w.q.spec.Name, Worker: w.idx, Detail: "relay: " + settleFailure(err)})
-			}
-			confirmed = err == nil
-			acts = r.relay.Relayed(acts, err)
-		case relay.Ack:
-			r.relayAcked(sub, d, n, confirmed)
-		case relay.Requeue:
-			r.clk.Stoppable(a.Delay, func() bool { return !sub.dead && sub == w.relaySub }, func() { _ = d.Requeue() })
-		}
+	sh := &r.relayShell // one relay at a time: no allocation per relay
+	*sh = simRelay{r: r, sub: sub, d: d, n: jobNumber(d.D.MessageId)}
+	relay.Run(r.relay, d.Stale(), sh)
+	*sh = simRelay{}
+}
+
+// simRelay is what relaying one delivery does in the simulation.
+type simRelay struct {
+	r         *runner
+	sub       *subscription
+	d         *consume.Delivery
+	n         uint64 // the job's number
+	confirmed bool   // the broker confirmed the relay's publish
+}
+
+func (s *simRelay) Publish() error {
+	r, w := s.r, s.sub.w
+	r.relaying, r.relayJob = true, r.job(s.n)
+	err := w.rb.Relay(r.bg, w.q.spec.Name, s.d.D)
+	r.relaying, r.relayJob = false, nil
+	if err != nil {
+		r.emit(Event{Kind: EvSettleFailed, Job: s.n, Queue: w.q.spec.Name, Worker: w.idx, Detail: "relay: " + settleFailure(err)})
 	}
+	s.confirmed = err == nil
+	return err
+}
+
+func (s *simRelay) Ack() { s.r.relayAcked(s.sub, s.d, s.n, s.confirmed) }
+
+func (s *simRelay) Requeue(delay time.Duration, _ error) {
+	sub, w, d := s.sub, s.sub.w, s.d
+	s.r.clk.Stoppable(delay, func() bool { return !sub.dead && sub == w.relaySub }, func() { _ = d.Requeue() })
 }
 
 // relayAcked acknowledges a relayed delivery of job n.

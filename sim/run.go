@@ -212,7 +212,9 @@ type oracle struct {
 	// (nil for a message that is not a job of the run).
 	relaying bool
 	relayJob *job
-	relay    relay.Stepper // what the relay subscriptions' deliveries are stepped through
+	// relayShell is the relay under way (relayOne).
+	relayShell simRelay
+	relay      relay.Stepper // what the relay subscriptions' deliveries are stepped through
 	// follow decides how the workers' subscriptions follow their
 	// channels' end: the product's consume.Follow for a supervised
 	// consumer, or a test's wrapper (sabotage.Set.Follow).

@@ -101,3 +101,37 @@ func (c Core) Relayed(acts []Action, err error) []Action {
 	}
 	return append(acts, Action{Kind: Requeue, Delay: pause, Err: err})
 }
+
+// Shell is what carrying out a relay does, in the process that relays:
+// rabbitmq's relaying consumer with its goroutines and real time, or the
+// simulator on its virtual clock.
+type Shell interface {
+	// Publish publishes the delivery's job on (rabbitmq.Backend.Relay)
+	// and returns once the broker has confirmed it, or why it did not.
+	Publish() error
+	// Ack acknowledges the delivery.
+	Ack()
+	// Requeue returns the delivery to the relay queue after delay, err
+	// being why the relay failed.
+	Requeue(delay time.Duration, err error)
+}
+
+// Run carries out, for one delivery from a relay queue (stale if its
+// channel is gone), what s decides, through sh: the one loop both
+// shells run, so that only what they do differs, never the order.
+func Run(s Stepper, stale bool, sh Shell) {
+	var buf [2]Action
+	acts := s.Delivered(buf[:0], stale)
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a.Kind {
+		case Relay:
+			acts = s.Relayed(acts, sh.Publish())
+		case Ack:
+			sh.Ack()
+		case Requeue:
+			sh.Requeue(a.Delay, a.Err)
+		}
+	}
+}

@@ -33,3 +33,37 @@ func TestCore(t *testing.T) {
 		t.Errorf("appends: %v", got)
 	}
 }
+
+// recording is a Shell that records what Run asks of it.
+type recording struct {
+	publishErr error
+	did        []string
+}
+
+func (r *recording) Publish() error { r.did = append(r.did, "publish"); return r.publishErr }
+func (r *recording) Ack()           { r.did = append(r.did, "ack") }
+func (r *recording) Requeue(d time.Duration, err error) {
+	r.did = append(r.did, "requeue after "+d.String()+": "+err.Error())
+}
+
+// TestRun: the shell publishes, then acknowledges once confirmed; a
+// failed publish is followed by the requeue after the pause, never an
+// acknowledgement; a stale delivery is left alone.
+func TestRun(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		stale bool
+		err   error
+		want  []string
+	}{
+		{"confirmed", false, nil, []string{"publish", "ack"}},
+		{"refused", false, errors.New("312 NO_ROUTE"), []string{"publish", "requeue after 1s: 312 NO_ROUTE"}},
+		{"stale", true, nil, nil},
+	} {
+		sh := &recording{publishErr: c.err}
+		Run(Core{}, c.stale, sh)
+		if !slices.Equal(sh.did, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, sh.did, c.want)
+		}
+	}
+}
