@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -15,117 +14,6 @@ import (
 	"github.com/queuey/queuey/internal/redial"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
-
-// Conn is a connection a supervised Backend dials (see Connect): what it
-// needs of an *amqp091.Connection or a *membroker.Connection, adapted by
-// AdaptConn.
-type Conn interface {
-	Channel() (Channel, error)
-	NotifyClose(receiver chan *amqp.Error) chan *amqp.Error
-	IsClosed() bool
-	Close() error
-}
-
-// connLike is a connection whose Channel method returns a concrete channel
-// type.
-type connLike[C Channel] interface {
-	Channel() (C, error)
-	NotifyClose(receiver chan *amqp.Error) chan *amqp.Error
-	IsClosed() bool
-	Close() error
-}
-
-// AdaptConn makes a Conn of an *amqp091.Connection or a
-// *membroker.Connection:
-//
-//	rabbitmq.AdaptConn[*amqp.Channel](conn)
-//	rabbitmq.AdaptConn[*membroker.Channel](broker.Dial())
-func AdaptConn[C Channel, K connLike[C]](k K) Conn { return adapted[C, K]{k} }
-
-type adapted[C Channel, K connLike[C]] struct{ k K }
-
-func (a adapted[C, K]) Channel() (Channel, error) {
-	ch, err := a.k.Channel()
-	if err != nil {
-		return nil, err // never a typed nil in the interface
-	}
-	return ch, nil
-}
-func (a adapted[C, K]) NotifyClose(r chan *amqp.Error) chan *amqp.Error { return a.k.NotifyClose(r) }
-func (a adapted[C, K]) IsClosed() bool                                  { return a.k.IsClosed() }
-func (a adapted[C, K]) Close() error                                    { return a.k.Close() }
-
-// ServerVersion is the broker's release as the connection reports it
-// (membroker's, and amqp091's Properties["version"]), "" if it cannot
-// tell.
-func (a adapted[C, K]) ServerVersion() string { return serverVersionOf(a.k) }
-
-// serverVersionOf is k's ServerVersion, if it has one, or an amqp091
-// connection's Properties["version"] (a Dialer that adapts one itself).
-func serverVersionOf(k any) string {
-	switch c := k.(type) {
-	case interface{ ServerVersion() string }:
-		return c.ServerVersion()
-	case *amqp.Connection:
-		v, _ := c.Properties["version"].(string)
-		return v
-	}
-	return ""
-}
-
-// NotifyBlocked is the connection's, if it has one (amqp091's does); nil
-// otherwise.
-func (a adapted[C, K]) NotifyBlocked(r chan amqp.Blocking) chan amqp.Blocking {
-	if b, ok := any(a.k).(blocker); ok {
-		return b.NotifyBlocked(r)
-	}
-	return nil
-}
-
-// blocker is a connection that reports connection.blocked.
-type blocker interface {
-	NotifyBlocked(receiver chan amqp.Blocking) chan amqp.Blocking
-}
-
-// Dialer opens a connection to url. It should give up when ctx ends.
-type Dialer func(ctx context.Context, url string) (Conn, error)
-
-// DefaultDialTimeout bounds DialAMQP's TCP connection and AMQP handshake.
-const DefaultDialTimeout = 30 * time.Second
-
-// DialAMQP is the Dialer of amqp091 with cfg (its zero value is amqp091's
-// defaults: a heartbeat every 10 s, locale en_US). Unless cfg.Dial is set,
-// the TCP connection honours ctx and the connection and handshake are
-// bounded by DefaultDialTimeout. cfg.Recovery is ignored: the backend
-// reconnects on its own, and amqp091's recovery would reopen its channels
-// behind its back (a publisher that saw a write fail would then take a
-// later write on the fresh connection for one that never left).
-func DialAMQP(cfg amqp.Config) Dialer {
-	return func(ctx context.Context, url string) (Conn, error) {
-		c := cfg
-		c.Recovery = nil
-		if c.Dial == nil {
-			c.Dial = func(network, addr string) (net.Conn, error) {
-				d := net.Dialer{Timeout: DefaultDialTimeout}
-				conn, err := d.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				// amqp091 clears the deadline once the handshake is done.
-				if err := conn.SetDeadline(time.Now().Add(DefaultDialTimeout)); err != nil {
-					_ = conn.Close()
-					return nil, err
-				}
-				return conn, nil
-			}
-		}
-		conn, err := amqp.DialConfig(url, c)
-		if err != nil {
-			return nil, err
-		}
-		return AdaptConn[*amqp.Channel](conn), nil
-	}
-}
 
 // Backoff is the wait before each attempt to reconnect: exponential with
 // full jitter, a uniform draw in [0, min(Max, Initial × 2^(n−1))) before
@@ -438,9 +326,10 @@ func (s *supervisor) dialFirst(ctx context.Context, timeout time.Duration) error
 	return nil
 }
 
-// drive carries out the loop's actions (dial, wait, report) until a
+// drive runs the loop (redial.Drive: dial, report) from acts until a
 // connection is up, which it returns with its Connected event, not yet
 // reported; or the loop fails, or ctx ends, or the supervision is closed.
+// It waits what the loop asks for on a timer of its goroutine.
 func (s *supervisor) drive(ctx context.Context, acts []redial.Action) (Conn, redial.Event, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -451,65 +340,73 @@ func (s *supervisor) drive(ctx context.Context, acts []redial.Action) (Conn, red
 		case <-ctx.Done():
 		}
 	}()
-	var conn Conn
-	var last error
-	for len(acts) > 0 {
-		a := acts[0]
-		acts = acts[1:]
-		switch a.Kind {
-		case redial.Report:
-			switch a.Event.State {
-			case redial.Connected:
-				return conn, a.Event, nil
-			case redial.Failed:
-				s.fail(a.Event.Err)
-				return nil, a.Event, a.Event.Err
-			}
-			s.report(s.event(a.Event))
-		case redial.Wait:
-			t := time.NewTimer(a.Delay)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil, redial.Event{}, s.giveUp(ctx, last)
-			}
-			acts = append(acts, s.loop.TimerFired()...)
-		case redial.Dial:
-			raw := s.opts.URLs[a.URL]
-			shown := Redact(raw)
-			c, err := s.opts.Dial(ctx, raw)
-			s.mu.Lock()
-			redeclare := s.redeclare
-			s.mu.Unlock()
-			if err == nil && redeclare != nil {
-				if err = redeclare(c); err != nil {
-					_ = c.Close()
-				}
-			}
-			conn = c
-			isFatal := false
-			if err != nil {
-				err = redact.Err(err, raw)
-				if isFatal = fatal(err); isFatal {
-					err = fmt.Errorf("%w: %s: %w", ErrConnectionFailed, shown, err)
-				} else {
-					s.logger.Warn("rabbitmq: could not connect", "url", shown, "error", err.Error())
-					err = fmt.Errorf("%s: %w", shown, err)
-				}
-				last, conn = err, nil
-			} else {
-				s.mu.Lock()
-				s.url = shown
-				s.mu.Unlock()
-			}
-			if err != nil && !isFatal && ctx.Err() != nil {
-				return nil, redial.Event{}, s.giveUp(ctx, last)
-			}
-			acts = append(acts, s.loop.DialDone(err, isFatal)...)
+	sh := &dialShell{s: s, ctx: ctx}
+	for {
+		delay, wait, end := redial.Drive(s.loop, acts, sh)
+		switch {
+		case !wait && end.State == redial.Connected:
+			return sh.conn, end, nil
+		case !wait && end.State == redial.Failed:
+			s.fail(end.Err)
+			return nil, end, end.Err
+		case !wait:
+			return nil, redial.Event{}, errors.New("rabbitmq: the reconnection loop stopped") // never: it ends in a connection or a failure
+		case ctx.Err() != nil:
+			return nil, redial.Event{}, s.giveUp(ctx, sh.last)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, redial.Event{}, s.giveUp(ctx, sh.last)
+		}
+		acts = s.loop.TimerFired()
+	}
+}
+
+// dialShell is what the reconnection loop's dials and reports do under
+// supervision: a dial with the configured Dialer, the backend's
+// declarations made again on the new connection, errors classified and
+// redacted, and every change of state reported to OnState.
+type dialShell struct {
+	s    *supervisor
+	ctx  context.Context
+	conn Conn  // the connection the last dial made
+	last error // the last failed attempt's error
+}
+
+func (d *dialShell) Report(ev redial.Event) { d.s.report(d.s.event(ev)) }
+
+func (d *dialShell) Dial(url int) (bool, error) {
+	s := d.s
+	raw := s.opts.URLs[url]
+	shown := Redact(raw)
+	c, err := s.opts.Dial(d.ctx, raw)
+	s.mu.Lock()
+	redeclare := s.redeclare
+	s.mu.Unlock()
+	if err == nil && redeclare != nil {
+		if err = redeclare(c); err != nil {
+			_ = c.Close()
 		}
 	}
-	return nil, redial.Event{}, errors.New("rabbitmq: the reconnection loop stopped") // never: it always ends in a report
+	if err != nil {
+		d.conn = nil
+		err = redact.Err(err, raw)
+		if fatal(err) {
+			d.last = fmt.Errorf("%w: %s: %w", ErrConnectionFailed, shown, err)
+			return true, d.last
+		}
+		s.logger.Warn("rabbitmq: could not connect", "url", shown, "error", err.Error())
+		d.last = fmt.Errorf("%s: %w", shown, err)
+		return false, d.last
+	}
+	d.conn = c
+	s.mu.Lock()
+	s.url = shown
+	s.mu.Unlock()
+	return false, nil
 }
 
 // event is the loop's event as OnState reports it, the URL redacted.

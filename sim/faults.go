@@ -321,39 +321,51 @@ func (r *runner) newLoop(key uint64) redial.Stepper {
 	return loop
 }
 
-// runLoop carries out a reconnection loop's actions on the virtual clock:
-// a Wait becomes a timer, a Dial fails while the broker is unreachable and
-// otherwise calls connect. alive says whether the loop is still its
-// process's (a crash replaces it); failed traces a failed attempt.
+// runLoop runs a reconnection loop through the loop rabbitmq's supervisor
+// runs (redial.Drive), on the virtual clock: a Wait becomes a timer, a
+// Dial fails while the broker is unreachable and otherwise calls connect.
+// alive says whether the loop is still its process's (a crash replaces
+// it); failed traces a failed attempt.
 func (r *runner) runLoop(loop redial.Stepper, watch *dialWatch, acts []redial.Action, alive func() bool, connect func() error, failed func(attempt int)) {
-	attempt := 0
-	for len(acts) > 0 {
-		a := acts[0]
-		acts = acts[1:]
-		switch a.Kind {
-		case redial.Report:
-			if a.Event.State == redial.Connecting {
-				attempt = a.Event.Attempt
-				r.checkDial(watch, loop, a.Event)
-			}
-		case redial.Wait:
-			*watch = dialWatch{loop: loop, waiting: true, from: r.now(), wait: a.Delay}
-			r.clk.AfterFunc(a.Delay, func() {
-				if alive() {
-					r.runLoop(loop, watch, loop.TimerFired(), alive, connect, failed)
-				}
-			})
-		case redial.Dial:
-			err := errUnreachable
-			if !r.clk.Now().Before(r.unreachable) {
-				err = connect()
-			}
-			if err != nil {
-				failed(attempt)
-			}
-			acts = append(acts, loop.DialDone(err, false)...)
-		}
+	delay, wait, _ := redial.Drive(loop, acts, &loopShell{r: r, loop: loop, watch: watch, connect: connect, failed: failed})
+	if !wait {
+		return
 	}
+	*watch = dialWatch{loop: loop, waiting: true, from: r.now(), wait: delay}
+	r.clk.AfterFunc(delay, func() {
+		if alive() {
+			r.runLoop(loop, watch, loop.TimerFired(), alive, connect, failed)
+		}
+	})
+}
+
+// loopShell is what a reconnection loop's dials and reports do in the
+// simulation: invariant 9's check of every attempt, and the dial itself.
+type loopShell struct {
+	r       *runner
+	loop    redial.Stepper
+	watch   *dialWatch
+	connect func() error
+	failed  func(attempt int)
+	attempt int
+}
+
+func (sh *loopShell) Report(ev redial.Event) {
+	if ev.State == redial.Connecting {
+		sh.attempt = ev.Attempt
+		sh.r.checkDial(sh.watch, sh.loop, ev)
+	}
+}
+
+func (sh *loopShell) Dial(int) (bool, error) {
+	err := errUnreachable
+	if !sh.r.clk.Now().Before(sh.r.unreachable) {
+		err = sh.connect()
+	}
+	if err != nil {
+		sh.failed(sh.attempt)
+	}
+	return false, err
 }
 
 // runWorkerLoop runs worker w's reconnection loop (its process of

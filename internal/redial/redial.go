@@ -217,3 +217,42 @@ func (c *Core) Close() []Action {
 	c.phase = over
 	return []Action{{Kind: Report, Event: Event{State: Closed, Gen: c.gen}}}
 }
+
+// Shell is what carrying out a reconnection loop does in the process that
+// reconnects: rabbitmq's supervisor, or the simulator.
+type Shell interface {
+	// Dial dials URLs[url] and sets the connection up (on a reconnection,
+	// declares again what was declared). err is why it failed; fatal says
+	// retrying cannot fix it.
+	Dial(url int) (fatal bool, err error)
+	// Report is told of each change of state but the one that ends the
+	// run (Connected, Failed or Closed), which Drive returns.
+	Report(ev Event)
+}
+
+// Drive carries out acts, and what s answers to each, through sh, until
+// the loop asks for a wait or a run of it ends: it returns the wait (wait
+// true; once it is over, the shell calls Drive with s.TimerFired()), or
+// the event that ended the run (Connected, Failed or Closed). The shell
+// waits as it likes, on a timer of its goroutine or on the simulation's
+// clock: only that differs between shells, never the order of the rest.
+func Drive(s Stepper, acts []Action, sh Shell) (delay time.Duration, wait bool, end Event) {
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		switch a.Kind {
+		case Report:
+			switch a.Event.State {
+			case Connected, Failed, Closed:
+				return 0, false, a.Event
+			}
+			sh.Report(a.Event)
+		case Wait:
+			return a.Delay, true, Event{}
+		case Dial:
+			fatal, err := sh.Dial(a.URL)
+			acts = append(acts, s.DialDone(err, fatal)...)
+		}
+	}
+	return 0, false, Event{}
+}

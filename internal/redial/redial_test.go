@@ -71,3 +71,44 @@ func TestBackoffDelay(t *testing.T) {
 		t.Errorf("Delay(5, 0) = %s", got)
 	}
 }
+
+// script is a Shell whose dials answer in turn from its list, recording
+// what Drive asks of it.
+type script struct {
+	answers []error
+	fatal   bool
+	did     []string
+}
+
+func (s *script) Dial(url int) (bool, error) {
+	err := s.answers[0]
+	s.answers = s.answers[1:]
+	s.did = append(s.did, fmt.Sprintf("dial %d: %v", url, err))
+	return s.fatal && err != nil, err
+}
+
+func (s *script) Report(ev Event) { s.did = append(s.did, ev.State.String()) }
+
+// TestDrive: the loop's actions run through the shell until it waits or a
+// run ends; the shell waits, then drives on from TimerFired.
+func TestDrive(t *testing.T) {
+	c := New(2, Backoff{Initial: 100 * time.Millisecond, Max: time.Second}, func() float64 { return 0.5 })
+	sh := &script{answers: []error{errRefused, nil}}
+	delay, wait, end := Drive(c, c.Start(), sh)
+	if !wait || delay != 100*time.Millisecond || end != (Event{}) {
+		t.Fatalf("first run: wait %v %s, end %+v", wait, delay, end)
+	}
+	delay, wait, end = Drive(c, c.TimerFired(), sh)
+	if wait || delay != 0 || end.State != Connected || end.URL != 1 || end.Gen != 1 {
+		t.Fatalf("second run: wait %v %s, end %+v", wait, delay, end)
+	}
+	if got, want := strings.Join(sh.did, "; "), "connecting; dial 0: connection errRefused; connecting; dial 1: <nil>"; got != want {
+		t.Fatalf("the shell did %q, want %q", got, want)
+	}
+
+	f := New(1, Backoff{Initial: time.Second, Max: time.Minute}, func() float64 { return 0 })
+	fatal := &script{answers: []error{errors.New("403 ACCESS_REFUSED")}, fatal: true}
+	if _, wait, end := Drive(f, f.Start(), fatal); wait || end.State != Failed || end.Err == nil {
+		t.Fatalf("a fatal refusal: wait %v, end %+v", wait, end)
+	}
+}
