@@ -6,19 +6,45 @@ import (
 	"github.com/queuey/queuey/queuey/contract"
 )
 
-// The names below are package contract's, given here under the same names:
-// what the core, the backends and the handlers agree on. Their
-// documentation is in package contract.
+// The names below are package contract's (queuey/contract), given here
+// under the same names: what the core, the backends and the handlers agree
+// on. Each doc comment below says what a user needs; package contract has
+// every detail.
 
 // Queues and retry policies.
 type (
-	// QueueConfig defines a queue: see contract.QueueConfig.
+	// QueueConfig defines a work queue (contract.QueueConfig). Its fields,
+	// each with its default when left zero:
+	//
+	//   - Name: the queue's name. Required.
+	//   - Type: Classic (the default) or Quorum.
+	//   - Prefetch: how many jobs a worker holds at once on this queue,
+	//     which is also how many of its handlers run at once. 10.
+	//   - MaxPriority: a classic queue's x-max-priority; deferred jobs come
+	//     back at it, ahead of the backlog. 10; new(uint8(0)) for a plain
+	//     queue (deferred jobs then come back in order).
+	//   - Retry: the RetryPolicy of failed jobs: the default backs off 1 s,
+	//     2 s, 4 s … up to 5 minutes, fully jittered, and dead-letters a job
+	//     after 10 attempts.
+	//   - Timeout: how long a handler may run; its context ends then, and
+	//     the attempt fails with a *TimeoutError. DefaultTimeout, 10 minutes.
 	QueueConfig = contract.QueueConfig
-	// QueueType is a queue's RabbitMQ type: see contract.QueueType.
+	// QueueType is a queue's RabbitMQ type: Classic or Quorum
+	// (contract.QueueType).
 	QueueType = contract.QueueType
-	// RetryPolicy says how long a failed job waits: see contract.RetryPolicy.
+	// RetryPolicy says how long a failed job waits before its next attempt,
+	// and when it gives up (contract.RetryPolicy). The wait before attempt
+	// n is min(Cap, Base × 2^(n-2)) with Jitter applied. Its fields, each
+	// with its default when left zero:
+	//
+	//   - Base: the backoff before the second attempt. 1 second.
+	//   - Cap: the longest wait, jitter included. 5 minutes.
+	//   - MaxAttempts: attempts in all, the first included, before the job
+	//     is dead-lettered (ReasonAttemptsExhausted); -1 retries forever. 10.
+	//   - Jitter: FullJitter (the default), EqualJitter or NoJitter.
 	RetryPolicy = contract.RetryPolicy
-	// Jitter randomises a retry's backoff: see contract.Jitter.
+	// Jitter randomises a retry's backoff: FullJitter, EqualJitter or
+	// NoJitter (contract.Jitter).
 	Jitter = contract.Jitter
 )
 
@@ -56,12 +82,16 @@ type (
 	Action = contract.Action
 )
 
-// Defer asks for the job to run again after delay, without spending an
-// attempt, ahead of the queue's backlog: see contract.Defer.
+// Defer asks for the job to run again after delay, for reason, without
+// spending an attempt, ahead of the queue's backlog: what a 429 Too Many
+// Requests with a Retry-After calls for. A delay of zero or less waits the
+// shortest hold. A delay longer than any hold can wait (about 24.8 days on
+// RabbitMQ) dead-letters the job with ReasonDelayTooLong. See
+// contract.Defer.
 func Defer(delay time.Duration, reason string) error { return contract.Defer(delay, reason) }
 
-// Fatal marks err as permanent: the job is dead-lettered without retrying.
-// See contract.Fatal.
+// Fatal marks err as permanent: the job is dead-lettered at once, without
+// retrying, with err as the reason. See contract.Fatal.
 func Fatal(err error) error { return contract.Fatal(err) }
 
 // Actions and dead-letter reasons.
@@ -78,12 +108,19 @@ const (
 	ReasonTimedOut          = contract.ReasonTimedOut
 )
 
-// Errors of producers and backends: see package contract.
+// Errors of producers and backends, matched with errors.Is (package
+// contract has each one's contract).
 var (
-	ErrUnknownQueue  = contract.ErrUnknownQueue
-	ErrDelayTooLong  = contract.ErrDelayTooLong
+	// ErrUnknownQueue: a job for a queue the producer or worker was not
+	// built with (the backend declared no such queue in this process).
+	ErrUnknownQueue = contract.ErrUnknownQueue
+	// ErrDelayTooLong: a delay longer than any hold can wait.
+	ErrDelayTooLong = contract.ErrDelayTooLong
+	// ErrMaybeEnqueued: the publish failed after it was sent, so the job
+	// may or may not be in its queue; enqueueing it again may run it twice.
 	ErrMaybeEnqueued = contract.ErrMaybeEnqueued
-	ErrJobTooLarge   = contract.ErrJobTooLarge
+	// ErrJobTooLarge: the job's body is over the backend's message size.
+	ErrJobTooLarge = contract.ErrJobTooLarge
 )
 
 // The backend seam.

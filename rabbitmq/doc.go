@@ -46,7 +46,9 @@
 // therefore deletes itself, and two processes running the same rule
 // always agree on its arguments (a configurable x-expires would let them
 // disagree and have every publish refused).
-
+//
+// # The publish ID header
+//
 // Every message the backend publishes carries the header
 // x-queuey-publish-id, a number unique per publishing channel, by which it
 // matches a message the broker returns to the publish that sent it;
