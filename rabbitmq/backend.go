@@ -172,9 +172,11 @@ type Backend struct {
 	kept map[string]*keptQueue
 	// ripe is when each declared work queue's ladder is old enough to hold
 	// jobs: HoldWarmup after this process first declared it.
-	ripe      map[string]time.Time
-	warm      map[string]bool // the ladder's warm marker is known to exist
-	consumers map[*consumer]struct{}
+	ripe map[string]time.Time
+	warm map[string]bool // the ladder's warm marker is known to exist
+	// waitLogged are the queues whose warm-up wait has been logged.
+	waitLogged map[string]bool
+	consumers  map[*consumer]struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -250,6 +252,7 @@ func newBackend(open func() (Channel, error), opts Options, sup *supervisor) (*B
 		declared:    make(map[string]queuey.QueueConfig),
 		ripe:        make(map[string]time.Time),
 		warm:        make(map[string]bool),
+		waitLogged:  make(map[string]bool),
 		consumers:   make(map[*consumer]struct{}),
 		clock:       opts.Clock,
 		stopWatch:   make(chan struct{}),

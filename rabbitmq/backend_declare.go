@@ -236,6 +236,15 @@ func (b *Backend) awaitRipe(ctx context.Context, queue string) error {
 		if dl, ok := ctx.Deadline(); ok && dl.Before(ripe) {
 			return &WarmupError{Queue: queue, Ready: ripe}
 		}
+		b.mu.Lock()
+		first := !b.waitLogged[queue]
+		b.waitLogged[queue] = true
+		b.mu.Unlock()
+		if first {
+			b.logger.Info("rabbitmq: the hold ladder is new on this broker: holds, dead letters and jobs of a quorum queue wait until it is old enough to survive a crash "+
+				"(Topology.HoldWarmup; only the first process to use the queue on a broker waits)",
+				"queue", queue, "wait", wait.String())
+		}
 		if err := b.sleep(ctx, wait); err != nil {
 			return fmt.Errorf("rabbitmq: hold for queue %q: waiting %s for its hold ladder to be old enough to survive a crash: %w", queue, wait, err)
 		}

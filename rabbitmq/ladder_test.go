@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -131,7 +132,9 @@ func TestHoldWaitsForTheLadderToWarmUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := New(Channels(conn.Channel), Options{Topology: Topology{HoldWarmup: 3 * time.Second}})
+		var logs bytes.Buffer
+		b, err := New(Channels(conn.Channel), Options{Topology: Topology{HoldWarmup: 3 * time.Second},
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,6 +164,11 @@ func TestHoldWaitsForTheLadderToWarmUp(t *testing.T) {
 		}
 		if waited := time.Since(start); waited != 3*time.Second {
 			t.Fatalf("the first hold went %s after the declaration, want 3s", waited)
+		}
+		// The wait is logged once, at INFO, with how long and why.
+		if n := strings.Count(logs.String(), "level=INFO msg=\"rabbitmq: the hold ladder is new on this broker"); n != 1 ||
+			!strings.Contains(logs.String(), "queue=jobs wait=3s") {
+			t.Fatalf("%d warm-up logs, want 1 saying queue=jobs wait=3s:\n%s", n, logs.String())
 		}
 		if err := b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs"}); err != nil {
 			t.Fatal(err) // declaring again does not start the warm-up again
