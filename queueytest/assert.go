@@ -28,10 +28,12 @@ type Outcome struct {
 	Result string
 }
 
-// String is the outcome as test failures print it:
-// "attempt=1 deferrals=0 priority=0 defer 30s".
+// String is the outcome as test failures print it, in braces so that a
+// slice of them reads one outcome at a time:
+// "{attempt=1 deferrals=0 priority=0 defer 30s}", and printed with %v a
+// []Outcome is "[{attempt=1 … defer 30s} {attempt=1 deferrals=1 … ok}]".
 func (o Outcome) String() string {
-	return fmt.Sprintf("attempt=%d deferrals=%d priority=%d %s", o.Attempt, o.Deferrals, o.Priority, o.Result)
+	return fmt.Sprintf("{attempt=%d deferrals=%d priority=%d %s}", o.Attempt, o.Deferrals, o.Priority, o.Result)
 }
 
 // Outcome is r as a test states it.

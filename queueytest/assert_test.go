@@ -56,7 +56,11 @@ func TestRunOutcome(t *testing.T) {
 			t.Errorf("the retried job's runs: %v; want its second attempt dead-lettered", got)
 		}
 	})
-	if got, want := (queueytest.Outcome{Attempt: 1, Result: "defer 30s"}).String(), "attempt=1 deferrals=0 priority=0 defer 30s"; got != want {
+	two := []queueytest.Outcome{{Attempt: 1, Result: "defer 30s"}, {Attempt: 1, Deferrals: 1, Priority: 10, Result: "ok"}}
+	if got, want := fmt.Sprint(two), "[{attempt=1 deferrals=0 priority=0 defer 30s} {attempt=1 deferrals=1 priority=10 ok}]"; got != want {
+		t.Errorf("a slice of outcomes prints %q, want %q", got, want)
+	}
+	if got, want := (queueytest.Outcome{Attempt: 1, Result: "defer 30s"}).String(), "{attempt=1 deferrals=0 priority=0 defer 30s}"; got != want {
 		t.Errorf("String: %q, want %q", got, want)
 	}
 }
