@@ -1,6 +1,7 @@
-// Package examples_test keeps the README's code blocks the files of this
-// folder that build, run and pass: the quick start, a handler's test, a
-// bulk enqueue, per-job options and periodic jobs.
+// Package examples_test keeps the code blocks of the README and of
+// docs/guide.md the files of this folder that build, run and pass: the
+// quick start, a handler's test, a bulk enqueue, per-job options and
+// periodic jobs.
 package examples_test
 
 import (
@@ -19,14 +20,24 @@ var update = flag.Bool("update", false, "copy each example file into its README 
 // repository the block is, whole: <!-- examples/quickstart/main.go -->.
 var marker = regexp.MustCompile(`^<!-- (examples/[^ ]+) -->$`)
 
-// shown are the files the README must show.
-var shown = []string{"examples/quickstart/main.go", "examples/handlertest/handler_test.go", "examples/bulk/enqueue.go", "examples/options/enqueue.go", "examples/periodic/schedule.go"}
+// shown are the files each document must show: the README the quick
+// start, the guide the rest.
+var shown = map[string][]string{
+	"README.md":     {"examples/quickstart/main.go"},
+	"docs/guide.md": {"examples/handlertest/handler_test.go", "examples/bulk/enqueue.go", "examples/options/enqueue.go", "examples/periodic/schedule.go"},
+}
 
-// Every code block of the README marked with a file is that file, byte for
-// byte, and the README shows each file of shown. With -update, the test
-// copies each file into its block instead.
+// Every code block of the README and of the guide marked with a file is
+// that file, byte for byte, and each shows its files of shown. With
+// -update, the test copies each file into its block instead.
 func TestREADMEBlocksAreTheExamples(t *testing.T) {
-	path := filepath.Join("..", "README.md")
+	for doc, files := range shown {
+		checkBlocks(t, doc, files)
+	}
+}
+
+func checkBlocks(t *testing.T, doc string, files []string) {
+	path := filepath.Join("..", filepath.FromSlash(doc))
 	readme, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -34,15 +45,15 @@ func TestREADMEBlocksAreTheExamples(t *testing.T) {
 	lines := strings.SplitAfter(string(readme), "\n")
 	blocks, err := markedBlocks(lines)
 	if err != nil {
-		t.Fatalf("README.md: %v", err)
+		t.Fatalf("%s: %v", doc, err)
 	}
 	marked := map[string]bool{}
 	for _, b := range blocks {
 		marked[b.file] = true
 	}
-	for _, f := range shown {
+	for _, f := range files {
 		if !marked[f] {
-			t.Errorf("README.md shows no %s: put <!-- %s --> just before a code block that is the file", f, f)
+			t.Errorf("%s shows no %s: put <!-- %s --> just before a code block that is the file", doc, f, f)
 		}
 	}
 	// From the last block up, so that replacing one moves no other.
@@ -50,7 +61,7 @@ func TestREADMEBlocksAreTheExamples(t *testing.T) {
 		b := blocks[i]
 		want, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(b.file)))
 		if err != nil {
-			t.Errorf("README.md shows %s: %v", b.file, err)
+			t.Errorf("%s shows %s: %v", doc, b.file, err)
 			continue
 		}
 		got := strings.Join(lines[b.start:b.end], "")
@@ -59,8 +70,8 @@ func TestREADMEBlocksAreTheExamples(t *testing.T) {
 		case *update:
 			lines = append(lines[:b.start], append(strings.SplitAfter(strings.TrimSuffix(string(want), "\n")+"\n", "\n"), lines[b.end:]...)...)
 		default:
-			t.Errorf("README.md's block for %s differs from the file at its line %d: copy the file into the block (go test ./examples/ -update)",
-				b.file, firstDiff(got, string(want)))
+			t.Errorf("%s's block for %s differs from the file at its line %d: copy the file into the block (go test ./examples/ -update)",
+				doc, b.file, firstDiff(got, string(want)))
 		}
 	}
 	if *update {

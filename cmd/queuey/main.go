@@ -26,7 +26,7 @@
 // bad command line or a missing setting. queuey ui serves the web
 // dashboard (docs/dashboard.md) on 127.0.0.1:8080, or --listen: beyond
 // loopback only with $QUEUEY_UI_PASSWORD set. Run queuey --help for every
-// flag; the README's "Operating queuey" walks through a dead-letter
+// flag; docs/guide.md's "Operating queuey" walks through a dead-letter
 // session, and docs/operating.md says what each command does to the
 // queues.
 //

@@ -208,7 +208,7 @@ func TestBrowserDashboard(t *testing.T) {
 	}.walk(t, ctx)
 }
 
-// stage gives the README's screenshot two more queues with jobs arriving
+// stage gives the guide's screenshot (docs/dashboard.png) two more queues with jobs arriving
 // and failing over a few of the overview's refreshes.
 func stage(t *testing.T, ctx context.Context, b *rabbitmq.Backend) {
 	for _, q := range []string{"emails", "payments"} {

@@ -5,6 +5,7 @@ import (
 	"go/doc"
 	"go/parser"
 	"go/token"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -56,6 +57,26 @@ func TestPackageDocsOpenWithTheirName(t *testing.T) {
 		if !strings.HasPrefix(strings.ToLower(text), strings.ToLower(want)) {
 			first, _, _ := strings.Cut(text, "\n")
 			t.Errorf("%s: its package doc opens %q, want %q", dir, first, want)
+		}
+	}
+}
+
+// The README is a user's guide's front page: at most 300 lines, and its
+// first screen (40 lines) names the systems a user compares queuey with.
+// Depth goes in docs/guide.md and the package docs.
+func TestREADMEIsShortAndSaysWhyFirst(t *testing.T) {
+	data, err := os.ReadFile(path.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	if n := len(lines); n > 300 {
+		t.Errorf("README.md has %d lines, over 300: move depth to docs/guide.md", n)
+	}
+	first := strings.Join(lines[:min(40, len(lines))], "\n")
+	for _, name := range []string{"river", "asynq", "machinery"} {
+		if !strings.Contains(first, name) {
+			t.Errorf("README.md's first 40 lines do not name %s", name)
 		}
 	}
 }
