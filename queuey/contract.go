@@ -153,3 +153,25 @@ const (
 	ExtMaxAttempts = contract.ExtMaxAttempts
 	ExtPriority    = contract.ExtPriority
 )
+
+// A job's failed attempts, which travel with it to its dead letter.
+type (
+	// AttemptError is one failed attempt of a job: which attempt, when its
+	// handler ended, and the error's text, cut to MaxErrorText
+	// (contract.AttemptError).
+	AttemptError = contract.AttemptError
+)
+
+// The extension field of a job's failed attempts (its latest
+// MaxAttemptErrors, oldest first), and its bounds: see contract.ExtErrors.
+const (
+	ExtErrors        = contract.ExtErrors
+	MaxAttemptErrors = contract.MaxAttemptErrors
+	MaxErrorText     = contract.MaxErrorText
+)
+
+// AttemptErrors returns the failed attempts a job carries, oldest first:
+// what its worker recorded each time its handler failed (an error, a
+// panic, a timeout, a Fatal), nil if none. A deferral records nothing.
+// See contract.AttemptErrors.
+func AttemptErrors(env Envelope) ([]AttemptError, error) { return contract.AttemptErrors(env) }

@@ -51,6 +51,13 @@ type DeadLetter struct {
 	// timestamp property, when the process that dead-lettered the job set
 	// one.
 	DeadLetteredAt time.Time
+	// Errors are the job's last failed attempts, oldest first, as its
+	// worker recorded them in the envelope (queuey.ExtErrors): which
+	// attempt failed, when, and with what error. For a job dead-lettered
+	// because its attempts ran out, the last entry is the error that
+	// ended it. Nil when the job carries none (an older queuey's, or a
+	// malformed one).
+	Errors []queuey.AttemptError
 	// Malformed says the body is not a queuey envelope; Err says why.
 	Malformed bool
 	Err       string
@@ -90,6 +97,7 @@ func readDeadLetter(queue string, d amqp.Delivery) DeadLetter {
 		return dl
 	}
 	dl.ID, dl.Kind, dl.Attempt, dl.Deferrals, dl.EnqueuedAt = env.ID, env.Kind, env.Attempt, env.Deferrals, env.EnqueuedAt
+	dl.Errors, _ = queuey.AttemptErrors(env) // a history that does not parse is shown as none
 	return dl
 }
 

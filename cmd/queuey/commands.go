@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/queuey/queuey/queuey"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/queuey/queuey/rabbitmq"
 )
@@ -160,16 +162,18 @@ type deadJSON struct {
 	Deferrals  int        `json:"deferrals,omitempty"`
 	EnqueuedAt *time.Time `json:"enqueued_at,omitempty"`
 	// DeadAt is when it was dead-lettered, when the message says.
-	DeadAt    *time.Time      `json:"dead_lettered_at,omitempty"`
-	Malformed bool            `json:"malformed"`
-	Error     string          `json:"error,omitempty"`
-	Envelope  json.RawMessage `json:"envelope,omitempty"` // the body, when it is an envelope
-	Body      string          `json:"body,omitempty"`     // the body, when it is malformed
+	DeadAt    *time.Time `json:"dead_lettered_at,omitempty"`
+	Malformed bool       `json:"malformed"`
+	Error     string     `json:"error,omitempty"`
+	// Errors are the job's last failed attempts, oldest first.
+	Errors   []queuey.AttemptError `json:"errors,omitempty"`
+	Envelope json.RawMessage       `json:"envelope,omitempty"` // the body, when it is an envelope
+	Body     string                `json:"body,omitempty"`     // the body, when it is malformed
 }
 
 func toJSON(dl rabbitmq.DeadLetter) deadJSON {
 	d := deadJSON{ID: dl.ID, Kind: dl.Kind, Queue: dl.Queue, Reason: dl.Reason, ByBroker: dl.ByBroker,
-		Attempt: dl.Attempt, Deferrals: dl.Deferrals, Malformed: dl.Malformed, Error: dl.Err}
+		Attempt: dl.Attempt, Deferrals: dl.Deferrals, Malformed: dl.Malformed, Error: dl.Err, Errors: dl.Errors}
 	if dl.Malformed {
 		d.Body = string(dl.Body)
 	} else {
@@ -181,6 +185,24 @@ func toJSON(dl rabbitmq.DeadLetter) deadJSON {
 		d.DeadAt = &at
 	}
 	return d
+}
+
+// reasonWithError is dl's reason as dead ls shows it: with the last
+// attempt's error after it, unless the reason already says it (a Fatal's).
+func reasonWithError(dl rabbitmq.DeadLetter) string {
+	if len(dl.Errors) == 0 || strings.HasPrefix(dl.Reason, "fatal: ") {
+		return dl.Reason
+	}
+	last := dl.Errors[len(dl.Errors)-1].Error
+	const most = 120
+	if len(last) > most {
+		cut := most
+		for cut > 0 && !utf8.RuneStart(last[cut]) {
+			cut--
+		}
+		last = last[:cut] + "…"
+	}
+	return dl.Reason + " (last error: " + last + ")"
 }
 
 // noneMatch says that no dead letter of queue matches the filter flags.
@@ -217,7 +239,7 @@ func (a *app) deadList(ctx context.Context, o options, in *rabbitmq.Inspector, q
 			fmt.Fprintf(tw, "-\t-\t-\t-\t%s (%d bytes)\n", oneLine(dl.Reason), len(dl.Body))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", dl.ID, dl.Kind, dl.Attempt, dl.EnqueuedAt.UTC().Format(time.RFC3339), oneLine(dl.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", dl.ID, dl.Kind, dl.Attempt, dl.EnqueuedAt.UTC().Format(time.RFC3339), oneLine(reasonWithError(dl)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -258,6 +280,12 @@ func (a *app) deadShow(ctx context.Context, o options, in *rabbitmq.Inspector, q
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(dl.Errors) > 0 {
+		fmt.Fprintf(a.stdout, "errors (the last %d failed attempts, oldest first):\n", len(dl.Errors))
+		for _, e := range dl.Errors {
+			fmt.Fprintf(a.stdout, "  attempt %d at %s: %s\n", e.Attempt, e.At.UTC().Format(time.RFC3339Nano), oneLine(e.Error))
+		}
 	}
 	fmt.Fprintln(a.stdout, "envelope:")
 	var pretty strings.Builder

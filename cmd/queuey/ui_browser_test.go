@@ -206,6 +206,20 @@ func TestBrowserDashboard(t *testing.T) {
 		stopBroker:    func(*testing.T) { d.down.Store(true); d.broker.Restart() },
 		startBroker:   func(*testing.T) { d.down.Store(false) },
 	}.walk(t, ctx)
+
+	// A job the real worker failed three times says why: on its dead
+	// letter's page, each attempt's error; in its queue's list, the last.
+	id := failThreeTimes(t, d.backend(t, rabbitmq.Topology{HoldWarmup: -1, RetryGranularity: time.Millisecond}))
+	run(t, ctx, "opening the dead letter of a job that failed three times",
+		chromedp.Navigate(u.base+"/queues/api/dead/"+id), chromedp.WaitVisible(chromedp.CSS(`#errors`)))
+	if got := text(t, ctx, `#errors tbody`); strings.Count(got, "upstream 503") != 3 {
+		t.Fatalf("the dead letter's errors read %q, want upstream 503 three times", got)
+	}
+	run(t, ctx, "listing the queue's dead letters",
+		chromedp.Navigate(u.base+"/queues/api/dead"), chromedp.WaitVisible(chromedp.CSS(`table`)))
+	if got := text(t, ctx, `table tbody`); !strings.Contains(got, "attempts exhausted (last error: upstream 503)") {
+		t.Fatalf("the dead-letter list reads %q", got)
+	}
 }
 
 // stage gives the guide's screenshot (docs/dashboard.png) two more queues with jobs arriving

@@ -35,8 +35,9 @@ var pageNames = []string{"overview", "queue", "dead", "deadletter", "confirm", "
 
 func (s *Server) parseTemplates() error {
 	funcs := template.FuncMap{
-		"esc":  url.PathEscape,
-		"time": fmtTime,
+		"esc":       url.PathEscape,
+		"time":      fmtTime,
+		"lastError": lastError,
 	}
 	s.pages = map[string]*template.Template{}
 	for _, name := range pageNames {
@@ -47,6 +48,16 @@ func (s *Server) parseTemplates() error {
 		s.pages[name] = t
 	}
 	return nil
+}
+
+// lastError is the error of dl's last failed attempt, as a list shows it
+// beside the reason: empty when dl carries none, or when its reason says
+// it already (a Fatal's).
+func lastError(dl rabbitmq.DeadLetter) string {
+	if len(dl.Errors) == 0 || strings.HasPrefix(dl.Reason, "fatal: ") {
+		return ""
+	}
+	return dl.Errors[len(dl.Errors)-1].Error
 }
 
 // page is what every template gets.

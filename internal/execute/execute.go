@@ -186,12 +186,14 @@ func (x *Executor[M]) HandlerDone(a *Action[M], result error, u float64) {
 	x.HandlerDecided(a, dec, publish)
 }
 
-// Decide is what result means for a's job (settle.Decide): publish says
-// whether it has a successor to publish. A shell that wants to see or
+// Decide is what result means for a's job (settle.Decide), the failure
+// recorded in its successor at the shell's time (settle.Record): publish
+// says whether it has a successor to publish. A shell that wants to see or
 // stamp the decision (Worker.Run's observer) calls Decide and
 // HandlerDecided itself.
 func (x *Executor[M]) Decide(a *Action[M], result error, u float64) (dec settle.Decision, publish bool) {
-	return x.core.Decide(a.Queue, a.Job, result, u)
+	dec, publish = x.core.Decide(a.Queue, a.Job, result, u)
+	return settle.Record(dec, a.Job.Attempt, x.shell.Now()), publish
 }
 
 // HandlerDecided settles a's job as dec says. A delivery whose channel has
@@ -283,6 +285,7 @@ func (x *Executor[M]) abandon(id workercore.ID) {
 		return
 	}
 	dec, publish := x.core.Decide(a.Queue, a.Job, &contract.TimeoutError{Timeout: a.Delay}, x.shell.Jitter(a))
+	dec = settle.Record(dec, a.Job.Attempt, x.shell.Now())
 	// As in HandlerDecided: a successor for a delivery whose channel has
 	// closed would run beside the copy the broker requeued.
 	stale := false

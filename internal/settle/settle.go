@@ -115,8 +115,10 @@ func isUnknownKind(err error) bool {
 // the broker has confirmed the successor; contract.ActionAck publishes nothing. The
 // hold is Hold(dec): a deferral always goes through a hold queue.
 //
-// A retry or deferral that no publish could ever take is dead-lettered
-// instead, as the job ran: one whose delay the backend refuses as too long
+// A successor the backend refuses as too large (contract.ErrJobTooLarge)
+// while it carries its failed attempts (contract.ExtErrors) is published
+// again without them. A retry or deferral that no publish could ever take
+// is dead-lettered instead, as the job ran: one whose delay the backend refuses as too long
 // (contract.ErrDelayTooLong) with contract.ReasonDelayTooLong, and one whose successor it
 // refuses as too large (contract.ErrJobTooLarge) with contract.ReasonJobTooLarge. delivered
 // is the body of the delivery dec settles: see deadLetter. rerouted is
@@ -136,6 +138,11 @@ func PublishSuccessor(ctx context.Context, backend contract.Backend, q contract.
 			kind = contract.HoldDeferred
 		}
 		err := backend.Publish(ctx, dec.Successor, Hold(dec), kind)
+		if bare := WithoutErrors(dec.Successor); errors.Is(err, contract.ErrJobTooLarge) && len(bare.Ext) != len(dec.Successor.Ext) {
+			// Its error history made it too large: it goes on without.
+			dec.Successor = bare
+			err = backend.Publish(ctx, dec.Successor, Hold(dec), kind)
+		}
 		var reason string
 		switch {
 		case errors.Is(err, contract.ErrDelayTooLong):

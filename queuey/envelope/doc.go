@@ -20,7 +20,8 @@
 //	ext          no        object                 extension fields of any JSON value; absent means none
 //
 // Keys of "ext" that start with "queuey_" are queuey's own: package
-// contract describes each (ExtMaxAttempts, ExtPriority, ExtDueAt). A
+// contract describes each (ExtMaxAttempts, ExtPriority, ExtDueAt,
+// ExtErrors: a job's latest failed attempts, with their errors). A
 // queuey worker refuses, as malformed, an envelope whose ExtMaxAttempts or
 // ExtPriority is not as described there.
 //

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/queuey/queuey/membroker"
+	"github.com/queuey/queuey/queuey"
+	"github.com/queuey/queuey/rabbitmq"
+)
+
+// callAPI is a job whose handler fails: an upstream that answers 503.
+type callAPI struct{}
+
+func (callAPI) Kind() string  { return "call-api" }
+func (callAPI) Queue() string { return "api" }
+
+// failThreeTimes enqueues a job into "api" through b and runs the real
+// worker on it, with a handler that fails with "upstream 503", until the
+// job has failed its three attempts and been dead-lettered. It returns the
+// job's ID. b's topology sets the hold granularity; the backoff is 1 ms.
+func failThreeTimes(t *testing.T, b *rabbitmq.Backend) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	queues := []queuey.QueueConfig{{Name: "api", Retry: queuey.RetryPolicy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 3}}}
+	producer, err := queuey.NewProducer(ctx, b, queues, queuey.ProducerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := producer.Enqueue(ctx, callAPI{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := queuey.NewWorker(ctx, b, queues, queuey.WorkerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := make(chan struct{})
+	if err := queuey.Register(worker, queuey.HandlerFunc[callAPI](func(_ context.Context, job *queuey.Job[callAPI]) error {
+		if job.Attempt == 3 {
+			close(last)
+		}
+		return errors.New("upstream 503")
+	})); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() { done <- worker.Run(ctx) }()
+	<-last
+	cancel() // Run settles the running job (its dead letter confirmed) before it returns
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// A job that fails three times with "upstream 503" is dead-lettered with
+// its three errors: dead show lists them with their attempts and times,
+// dead ls puts the last one beside the reason, and the Inspector's
+// DeadLetter carries them. The real worker settles it, on membroker, in a
+// synctest bubble.
+func TestADeadJobSaysWhyItFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := &deployment{broker: membroker.New(membroker.Config{Clock: clock.New(), Version: membroker.RabbitMQ43})}
+		b := d.backend(t, rabbitmq.Topology{HoldWarmup: -1})
+		id := failThreeTimes(t, b)
+
+		env := map[string]string{"AMQP_URL": memURL}
+		code, stdout, stderr := d.runCLI(t, env, "", false, "dead", "show", "api", id)
+		if code != 0 || strings.Count(stdout, ": upstream 503\n") != 3 ||
+			!strings.Contains(stdout, "errors (the last 3 failed attempts, oldest first):\n  attempt 1 at ") ||
+			!strings.Contains(stdout, "  attempt 3 at ") {
+			t.Fatalf("dead show: exit %d\n%s%s", code, stdout, stderr)
+		}
+		code, stdout, stderr = d.runCLI(t, env, "", false, "dead", "ls", "api")
+		if code != 0 || !strings.Contains(stdout, "attempts exhausted (last error: upstream 503)") {
+			t.Fatalf("dead ls: exit %d\n%s%s", code, stdout, stderr)
+		}
+		code, stdout, stderr = d.runCLI(t, env, "", false, "dead", "show", "api", id, "--json")
+		if code != 0 || !strings.Contains(stdout, `"errors": [`) || strings.Count(stdout, `"error": "upstream 503"`) != 6 { // the field, and the envelope's ext
+			t.Fatalf("dead show --json: exit %d\n%s%s", code, stdout, stderr)
+		}
+
+		conn, err := d.broker.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		in, err := rabbitmq.NewInspector(conn.Channel, rabbitmq.InspectorOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dls, err := in.DeadLetters(t.Context(), "api", rabbitmq.DeadLetterFilter{}, 0)
+		if err != nil || len(dls) != 1 {
+			t.Fatalf("%d dead letters, %v", len(dls), err)
+		}
+		errs := dls[0].Errors
+		if len(errs) != 3 || errs[0].Attempt != 1 || errs[2].Attempt != 3 || errs[2].Error != "upstream 503" || !errs[0].At.Before(errs[2].At) {
+			t.Fatalf("Inspector.DeadLetters: errors %+v", errs)
+		}
+	})
+}
