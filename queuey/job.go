@@ -31,6 +31,11 @@ type JobContext struct {
 	// (WithMaxAttempts), else its queue's RetryPolicy.MaxAttempts; -1
 	// means it retries for ever. Attempt == MaxAttempts is its last.
 	MaxAttempts int
+	// Errors are the job's latest failed attempts before this one, oldest
+	// first (ExtErrors: at most MaxAttemptErrors, each its attempt, when it
+	// ended and its error); nil on a first attempt, or for a job that
+	// failed only before queuey kept them.
+	Errors []AttemptError
 }
 
 // Job is a decoded job handed to a Handler.

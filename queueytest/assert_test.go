@@ -139,3 +139,41 @@ func TestOutcomesOf(t *testing.T) {
 		}
 	})
 }
+
+// A job's earlier failures reach its handler (JobContext.Errors) and the
+// log: on its third attempt it sees the two before, oldest first, each
+// with its attempt and error; a deferral adds none.
+func TestAJobSeesItsEarlierErrors(t *testing.T) {
+	queues := []queuey.QueueConfig{{Name: "api", Prefetch: 1, Retry: queuey.RetryPolicy{MaxAttempts: 3, Jitter: queuey.NoJitter}}}
+	queueytest.Test(t, queueytest.Options{}, queues, func(t *testing.T, h *queueytest.Harness) {
+		queueytest.Handle(h, func(ctx context.Context, job *queuey.Job[CallAPI]) error {
+			switch {
+			case job.Attempt == 1 && job.Deferrals == 0:
+				return queuey.Defer(time.Second, "429")
+			case job.Attempt < 3:
+				return fmt.Errorf("upstream 503 on attempt %d", job.Attempt)
+			}
+			return nil
+		})
+		h.Start()
+		id, err := h.Producer.Enqueue(t.Context(), CallAPI{URL: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Advance(time.Minute)
+		runs := h.Log.RunsOf(id)
+		if len(runs) != 4 {
+			t.Fatalf("%d runs, want 4", len(runs))
+		}
+		var got []string
+		for _, e := range runs[3].Errors {
+			got = append(got, fmt.Sprintf("%d: %s", e.Attempt, e.Error))
+		}
+		if want := []string{"1: upstream 503 on attempt 1", "2: upstream 503 on attempt 2"}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("the third attempt saw %q, want %q", got, want)
+		}
+		if len(runs[1].Errors) != 0 {
+			t.Fatalf("after a deferral the job saw %v, want no errors", runs[1].Errors)
+		}
+	})
+}
