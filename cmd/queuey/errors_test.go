@@ -60,6 +60,34 @@ func failThreeTimes(t *testing.T, b *rabbitmq.Backend) string {
 	return id
 }
 
+// runOnce runs a worker of "api" through b whose handler succeeds and
+// sends each job's ID on ran; stop ends it.
+func runOnce(t *testing.T, b *rabbitmq.Backend, ran chan<- string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	worker, err := queuey.NewWorker(ctx, b, []queuey.QueueConfig{{Name: "api", Retry: queuey.RetryPolicy{MaxAttempts: 3}}}, queuey.WorkerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queuey.Register(worker, queuey.HandlerFunc[callAPI](func(_ context.Context, job *queuey.Job[callAPI]) error {
+		select {
+		case ran <- job.ID:
+		default:
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() { done <- worker.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // A job that fails three times with "upstream 503" is dead-lettered with
 // its three errors: dead show lists them with their attempts and times,
 // dead ls puts the last one beside the reason, and the Inspector's

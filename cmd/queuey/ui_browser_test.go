@@ -220,6 +220,38 @@ func TestBrowserDashboard(t *testing.T) {
 	if got := text(t, ctx, `table tbody`); !strings.Contains(got, "attempts exhausted (last error: upstream 503)") {
 		t.Fatalf("the dead-letter list reads %q", got)
 	}
+
+	// The queue's page puts its dead letters above its holds; the dead
+	// letter is found by its ID, redriven alone, and runs again.
+	ran := make(chan string, 1)
+	stop := runOnce(t, d.backend(t, rabbitmq.Topology{HoldWarmup: -1, RetryGranularity: time.Millisecond}), ran)
+	defer stop()
+	run(t, ctx, "opening the queue's page", chromedp.Navigate(u.base+"/queues/api"), chromedp.WaitVisible(chromedp.CSS(`#find-id`)))
+	if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+		`!!(document.getElementById("dead-letters").compareDocumentPosition(document.getElementById("holds")) & Node.DOCUMENT_POSITION_FOLLOWING)`)); err != nil || !ok {
+		t.Fatalf("the dead letters come after the holds (%v)", err)
+	}
+	run(t, ctx, "finding the dead letter by its ID",
+		chromedp.SendKeys(chromedp.CSS(`#find-id`), id), click(`#find`), chromedp.WaitVisible(chromedp.CSS(`#redrive-one`)))
+	if h1 := text(t, ctx, `h1`); h1 != "Dead letter "+id {
+		t.Fatalf("the search found %q", h1)
+	}
+	run(t, ctx, "redriving it alone", click(`#redrive-one`), chromedp.WaitVisible(chromedp.CSS(`#confirm`)))
+	if q := text(t, ctx, `.question`); q != fmt.Sprintf("Redrive the dead letter of job %q to api, keeping its attempt count?", id) {
+		t.Fatalf("the confirmation asks %q", q)
+	}
+	run(t, ctx, "confirming", chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`#report`)))
+	if report := text(t, ctx, `#report`); report != "Redrove 1 dead letter to api." {
+		t.Fatalf("the report says %q", report)
+	}
+	select {
+	case got := <-ran:
+		if got != id {
+			t.Fatalf("the worker ran %s, want the redriven %s", got, id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the redriven job did not run again within 30 s")
+	}
 }
 
 // stage gives the guide's screenshot (docs/dashboard.png) two more queues with jobs arriving

@@ -523,3 +523,46 @@ func TestRatesAndChart(t *testing.T) {
 		t.Fatalf("readings older than History kept:\n%s", body)
 	}
 }
+
+// A queue's page leads with its dead letters and a search by job ID; its
+// holds follow, summed up in a line, the rungs on request, their TTLs in
+// words. The search goes to the dead letter's page, which offers its
+// redrive alone.
+func TestQueuePageLeadsWithDeadLettersAndFindsOneByID(t *testing.T) {
+	f := newFixture(t, Options{})
+	e := queuey.Envelope{ID: "held", Kind: "email", Queue: "jobs", Payload: json.RawMessage(`{}`), Attempt: 2, EnqueuedAt: time.Now()}
+	if err := f.backend.Publish(context.Background(), e, 3*time.Second, queuey.HoldRetry); err != nil {
+		t.Fatal(err)
+	}
+	_, body := f.get(t, "/queues/jobs")
+	dead, holds := strings.Index(body, `id="dead-letters"`), strings.Index(body, `id="holds"`)
+	if dead < 0 || holds < dead {
+		t.Fatalf("dead letters at %d, holds at %d: want the dead letters first", dead, holds)
+	}
+	mustContain(t, "queue page", body, `<input id="find-id" name="id" required>`,
+		`<p id="held">1 job held; the next comes back within 2s.</p>`, "<details><summary>Its 23 hold queues</summary>", "24.3 days")
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Get(f.srv.URL + "/queues/jobs/dead?id=e-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/queues/jobs/dead/e-1" {
+		t.Fatalf("the search answered %d to %q", resp.StatusCode, loc)
+	}
+	_, body = f.get(t, "/queues/jobs/dead/e-1")
+	mustContain(t, "the dead letter's page", body, `id="redrive-one"`, `href="/queues/jobs/redrive?id=e-1"`)
+	_, body = f.get(t, "/queues/jobs/redrive?id=e-1")
+	mustContain(t, "the confirmation", body, `Redrive the dead letter of job &#34;e-1&#34; to jobs, keeping its attempt count?`, `name="id" value="e-1"`)
+}
+
+func TestDurationsReadAsWords(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		250 * time.Millisecond: "250ms", 12 * time.Second: "12s", 1500 * time.Millisecond: "1.5s",
+		200 * time.Second: "3m 20s", time.Hour: "1h", 320 * time.Minute: "5h 20m",
+		2147483647 * time.Millisecond: "24.9 days", 72 * time.Hour: "3 days",
+	} {
+		if got := fmtDuration(d); got != want {
+			t.Errorf("fmtDuration(%s) = %q, want %q", d, got, want)
+		}
+	}
+}

@@ -166,13 +166,26 @@ func (h *history) span(now time.Time) string {
 	return fmtDuration(h.spanOf(longest, now))
 }
 
-// fmtDuration writes d shortly: 10m, 90s, 1h30m.
+// fmtDuration writes d as a person reads it: "250ms", "12s", "3m 20s",
+// "5h 20m", "24.3 days".
 func fmtDuration(d time.Duration) string {
-	switch d = d.Round(time.Second); {
-	case d >= time.Hour && d%time.Hour == 0:
-		return fmt.Sprintf("%dh", d/time.Hour)
-	case d >= time.Minute && d%time.Minute == 0:
-		return fmt.Sprintf("%dm", d/time.Minute)
+	switch d = d.Round(time.Millisecond); {
+	case d >= 48*time.Hour:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", d.Hours()/24), ".0") + " days"
+	case d >= time.Hour:
+		return joinUnits(int64(d/time.Hour), "h", int64(d%time.Hour/time.Minute), "m")
+	case d >= time.Minute:
+		return joinUnits(int64(d/time.Minute), "m", int64(d%time.Minute/time.Second), "s")
+	case d >= time.Second:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", d.Seconds()), ".0") + "s"
 	}
 	return d.String()
+}
+
+// joinUnits writes "5h 20m", or "5h" when the smaller unit is 0.
+func joinUnits(big int64, bigUnit string, small int64, smallUnit string) string {
+	if small == 0 {
+		return fmt.Sprintf("%d%s", big, bigUnit)
+	}
+	return fmt.Sprintf("%d%s %d%s", big, bigUnit, small, smallUnit)
 }

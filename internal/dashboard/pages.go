@@ -38,6 +38,8 @@ func (s *Server) parseTemplates() error {
 		"esc":       url.PathEscape,
 		"time":      fmtTime,
 		"lastError": lastError,
+		"dur":       fmtDuration,
+		"plural":    plural,
 	}
 	s.pages = map[string]*template.Template{}
 	for _, name := range pageNames {
@@ -48,6 +50,14 @@ func (s *Server) parseTemplates() error {
 		s.pages[name] = t
 	}
 	return nil
+}
+
+// plural writes "1 dead letter", "2 dead letters".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // lastError is the error of dl's last failed attempt, as a list shows it
@@ -208,6 +218,10 @@ type queueData struct {
 	// queue had more than GroupLimit.
 	Read      int
 	Truncated bool
+	// Held is how many jobs the hold queues hold; Next says when the
+	// first of them comes back, as far as the queues tell.
+	Held int
+	Next string
 }
 
 func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
@@ -227,12 +241,22 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 	truncated := len(dls) > s.opts.GroupLimit
 	dls = dls[:min(len(dls), s.opts.GroupLimit)]
 	d := queueData{Queue: q, Stats: st[0], Groups: groups(dls), Read: len(dls), Truncated: truncated}
+	var soonest time.Duration = -1
 	for _, h := range st[0].Holds {
 		back := "within " + fmtDuration(h.TTL) + " of entering"
 		if h.Type == "relay" {
 			back = "at once: on their way between rungs or back to the queue"
 		}
 		d.Holds = append(d.Holds, holdRow{HoldStats: h, Back: back})
+		if d.Held += h.Messages; h.Messages > 0 && (soonest < 0 || h.TTL < soonest) {
+			soonest = h.TTL
+		}
+	}
+	switch {
+	case soonest == 0:
+		d.Next = "now: some are on their way between rungs"
+	case soonest > 0:
+		d.Next = "within " + fmtDuration(soonest)
 	}
 	s.render(w, http.StatusOK, "queue", "layout", s.newPage(q, d))
 }
@@ -281,6 +305,9 @@ func groups(dls []rabbitmq.DeadLetter) []group {
 // republish verbatim, as `queuey dead redrive` leaves them without
 // --malformed.
 func filterOf(form url.Values) rabbitmq.DeadLetterFilter {
+	if form.Has("id") {
+		return rabbitmq.DeadLetterFilter{IDs: []string{form.Get("id")}}
+	}
 	if form.Has("reason") {
 		return rabbitmq.DeadLetterFilter{Reason: form.Get("reason"), ExactReason: true, Malformed: true}
 	}
@@ -304,6 +331,11 @@ type deadData struct {
 func (s *Server) deadList(w http.ResponseWriter, r *http.Request) {
 	q := r.PathValue("queue")
 	form := r.URL.Query()
+	if id := strings.TrimSpace(form.Get("id")); form.Has("id") {
+		// Finding one by its job ID: its page, where it can be redriven.
+		http.Redirect(w, r, "/queues/"+url.PathEscape(q)+"/dead/"+url.PathEscape(id), http.StatusSeeOther)
+		return
+	}
 	n := 1
 	if v := form.Get("page"); v != "" {
 		var err error
@@ -420,7 +452,10 @@ func (s *Server) confirmRedrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	which := "every dead letter (malformed bodies aside: redrive their group to move them)"
-	if form.Has("reason") {
+	switch {
+	case form.Has("id"):
+		which = fmt.Sprintf("the dead letter of job %q", form.Get("id"))
+	case form.Has("reason"):
 		which = fmt.Sprintf("the dead letters with reason %q", form.Get("reason"))
 	}
 	keep := "keeping their attempt counts"
@@ -433,11 +468,19 @@ func (s *Server) confirmRedrive(w http.ResponseWriter, r *http.Request) {
 		if count.TooLarge > 0 {
 			d.Nothing = fmt.Sprintf("Nothing to redrive: the %d matching are too large to republish.", count.TooLarge)
 		}
+	} else if form.Has("id") {
+		keep = "keeping its attempt count"
+		if reset {
+			keep = "starting its attempts over at 1"
+		}
+		d.Question = fmt.Sprintf("Redrive %s to %s, %s?", which, q, keep)
 	} else {
 		d.Question = fmt.Sprintf("Redrive %d of %s to %s, %s?", count.Moved, which, q, keep)
 	}
 	d.Fields = append(d.Fields, [2]string{"limit", strconv.Itoa(count.Read)})
-	if form.Has("reason") {
+	if form.Has("id") {
+		d.Fields = append(d.Fields, [2]string{"id", form.Get("id")})
+	} else if form.Has("reason") {
 		d.Fields = append(d.Fields, [2]string{"reason", form.Get("reason")})
 	}
 	if reset {
@@ -464,7 +507,7 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 	rep, err := s.src.Redrive(ctx, q, rabbitmq.RedriveOptions{Filter: filterOf(r.PostForm), ResetAttempts: reset, Limit: limit})
 	s.opts.Logger.Info("queuey ui: redrive", "queue", q, "reason", r.PostForm.Get("reason"), "reset_attempts", reset,
 		"read", rep.Read, "moved", rep.Moved, "err", s.redacted(err))
-	d := reportData{Queue: q, Summary: fmt.Sprintf("Redrove %d dead letters to %s.", rep.Moved, q)}
+	d := reportData{Queue: q, Summary: fmt.Sprintf("Redrove %s to %s.", plural(rep.Moved, "dead letter"), q)}
 	for _, l := range []struct {
 		n    int
 		text string
