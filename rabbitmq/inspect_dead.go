@@ -490,3 +490,28 @@ func (in *Inspector) Purge(ctx context.Context, queue string) (int, error) {
 	in.log.InfoContext(ctx, "queuey: purged dead letters", slog.String("queue", queue), slog.Int("purged", n))
 	return n, nil
 }
+
+// Delete removes for good the dead letters of queue that filter selects,
+// at most limit of them (0 or less: every one), and returns how many it
+// removed: each is acknowledged from the dead-letter queue as it is read.
+// The others are read and returned, as DeadLetters does. A Delete cut off
+// halfway has removed only what it counted.
+func (in *Inspector) Delete(ctx context.Context, queue string, filter DeadLetterFilter, limit int) (int, error) {
+	n := 0
+	err := in.scan(ctx, queue, func(DeadLetter, int, int) (bool, error) {
+		return limit > 0 && n >= limit, nil
+	}, func(ch InspectChannel, _ *publisher, dl DeadLetter, d amqp.Delivery) (bool, error) {
+		if (limit > 0 && n >= limit) || !filter.Match(dl) {
+			return false, nil
+		}
+		if err := ch.Ack(d.DeliveryTag, false); err != nil {
+			return false, fmt.Errorf("rabbitmq: deleting a dead letter of %q: %w", queue, err)
+		}
+		n++
+		return true, nil
+	})
+	if n > 0 {
+		in.log.InfoContext(ctx, "queuey: deleted dead letters", slog.String("queue", queue), slog.Int("deleted", n))
+	}
+	return n, err
+}

@@ -407,6 +407,35 @@ func TestInspectorPurge(t *testing.T) {
 	})
 }
 
+// Delete removes the dead letters its filter selects, and no other: one by
+// its job ID, then every "fatal" one.
+func TestInspectorDelete(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newInspectRig(t, queuey.Classic, false)
+		r.deadLetterSome(t, 2)
+		dls, err := r.insp.DeadLetters(t.Context(), "jobs", DeadLetterFilter{}, 0)
+		if err != nil || len(dls) != 5 {
+			t.Fatalf("%d dead letters, %v", len(dls), err)
+		}
+		one := dls[0].ID
+		if n, err := r.insp.Delete(t.Context(), "jobs", DeadLetterFilter{IDs: []string{one}}, 1); err != nil || n != 1 {
+			t.Fatalf("deleting %s: %d, %v", one, n, err)
+		}
+		if left, _ := r.insp.DeadLetters(t.Context(), "jobs", DeadLetterFilter{IDs: []string{one}}, 0); len(left) != 0 {
+			t.Fatalf("%s is still there", one)
+		}
+		if got := r.count(t, "jobs.dead"); got != 5 {
+			t.Fatalf("%d dead letters left, want 5", got)
+		}
+		if n, err := r.insp.Delete(t.Context(), "jobs", DeadLetterFilter{IDs: []string{"no such job"}}, 0); err != nil || n != 0 {
+			t.Fatalf("deleting an unknown ID: %d, %v", n, err)
+		}
+		if got := r.count(t, "jobs.dead"); got != 5 {
+			t.Fatalf("%d dead letters left after deleting nothing, want 5", got)
+		}
+	})
+}
+
 func TestInspectorStats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newInspectRig(t, queuey.Classic, true)

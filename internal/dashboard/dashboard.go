@@ -54,13 +54,14 @@ type Source interface {
 	DeadLetters(ctx context.Context, queue string, filter rabbitmq.DeadLetterFilter, limit int) ([]rabbitmq.DeadLetter, error)
 	Redrive(ctx context.Context, queue string, opts rabbitmq.RedriveOptions) (rabbitmq.RedriveReport, error)
 	Purge(ctx context.Context, queue string) (int, error)
+	Delete(ctx context.Context, queue string, filter rabbitmq.DeadLetterFilter, limit int) (int, error)
 }
 
 // Options configure a Server. The zero value serves a loopback-only,
 // read-write dashboard.
 type Options struct {
-	// ReadOnly hides redrive and purge, and refuses their requests with
-	// 403.
+	// ReadOnly hides redrive, purge and delete, and refuses their
+	// requests with 403.
 	ReadOnly bool
 	// User and Password, when Password is set, are required of every
 	// request, by HTTP basic authentication (User defaults to "queuey"),
@@ -166,6 +167,8 @@ func New(src Source, opts Options) (*Server, error) {
 	mux.HandleFunc("POST /queues/{queue}/redrive", s.redrive)
 	mux.HandleFunc("GET /queues/{queue}/purge", s.confirmPurge)
 	mux.HandleFunc("POST /queues/{queue}/purge", s.purge)
+	mux.HandleFunc("GET /queues/{queue}/delete", s.confirmDelete)
+	mux.HandleFunc("POST /queues/{queue}/delete", s.deleteOne)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	s.mux = http.NewCrossOriginProtection().Handler(mux)
 	return s, nil

@@ -183,7 +183,7 @@ func TestOverviewListsWorkQueuesWithTheirCounts(t *testing.T) {
 		t.Fatalf("overview: %d\n%s", code, body)
 	}
 	mustContain(t, "overview", body, `<a href="/queues/jobs">jobs</a>`, `<a href="/queues/mail">mail</a>`,
-		`<td class="n ready">2</td>`, `<td class="n dead alert">6</td>`, `id="live" data-refresh="2000"`, `/static/app.js`)
+		`<td class="n ready">2</td>`, `<td class="n dead alert"><a href="/queues/jobs#dead-letters">6</a></td>`, `id="live" data-refresh="2000"`, `/static/app.js`)
 	// The live part alone, as the script fetches it.
 	code, body = f.get(t, "/live")
 	if code != http.StatusOK || strings.Contains(body, "<html") || !strings.Contains(body, `data-queue="jobs"`) {
@@ -356,11 +356,15 @@ func TestReadOnlyHidesAndRefusesActions(t *testing.T) {
 	if strings.Contains(body, "Redrive") || strings.Contains(body, "Purge") {
 		t.Fatalf("read-only page offers actions:\n%s", body)
 	}
-	for _, path := range []string{"/queues/jobs/redrive", "/queues/jobs/purge"} {
+	_, body = f.get(t, "/queues/jobs/dead/e-1")
+	if strings.Contains(body, "Redrive") || strings.Contains(body, "Delete…") {
+		t.Fatalf("read-only dead letter page offers actions:\n%s", body)
+	}
+	for _, path := range []string{"/queues/jobs/redrive", "/queues/jobs/purge", "/queues/jobs/delete?id=e-1"} {
 		if code, _ := f.get(t, path); code != http.StatusForbidden {
 			t.Fatalf("GET %s: %d", path, code)
 		}
-		if code, _ := f.post(t, path, url.Values{"csrf": {f.dash.csrf}, "limit": {"6"}}, nil); code != http.StatusForbidden {
+		if code, _ := f.post(t, strings.TrimSuffix(path, "?id=e-1"), url.Values{"csrf": {f.dash.csrf}, "limit": {"6"}, "id": {"e-1"}}, nil); code != http.StatusForbidden {
 			t.Fatalf("POST %s: %d", path, code)
 		}
 	}
@@ -564,5 +568,44 @@ func TestDurationsReadAsWords(t *testing.T) {
 		if got := fmtDuration(d); got != want {
 			t.Errorf("fmtDuration(%s) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// One dead letter is deleted from its page, through the confirmation, and
+// no other; asked again, the confirmation says it is gone.
+func TestDeleteOneDeadLetter(t *testing.T) {
+	f := newFixture(t, Options{})
+	_, body := f.get(t, "/queues/jobs/dead/e-1")
+	mustContain(t, "the dead letter's page", body, `id="delete-one"`, `href="/queues/jobs/delete?id=e-1"`)
+	code, body := f.get(t, "/queues/jobs/delete?id=e-1")
+	if code != http.StatusOK {
+		t.Fatalf("confirmation: %d\n%s", code, body)
+	}
+	mustContain(t, "confirmation", body, "Delete the dead letter of job &#34;e-1&#34; from jobs, for good?", `class="danger"`)
+	code, body = f.post(t, "/queues/jobs/delete", formOf(t, body), nil)
+	if code != http.StatusOK || !strings.Contains(body, "Deleted the dead letter of job &#34;e-1&#34; from jobs.") {
+		t.Fatalf("delete: %d\n%s", code, body)
+	}
+	if n := f.count(t, "jobs.dead"); n != 5 {
+		t.Fatalf("%d dead letters left, want 5", n)
+	}
+	_, body = f.get(t, "/queues/jobs/delete?id=e-1")
+	mustContain(t, "confirmation", body, "jobs has no dead letter of job &#34;e-1&#34;")
+	if code, _ := f.get(t, "/queues/jobs/delete"); code != http.StatusBadRequest {
+		t.Fatalf("a delete without an id: %d", code)
+	}
+}
+
+// An empty rate reads one way: "0"; a rate too small for a decimal reads
+// "<0.1", never "0.0"; "–" is no reading yet.
+func TestRatesReadOneWayWhenEmpty(t *testing.T) {
+	r := rates{ok: true}
+	for v, want := range map[float64]string{0: "0", 0.01: "<0.1", 0.05: "0.1", 2.34: "2.3", 12.6: "13"} {
+		if got := r.perSecond(v); got != want {
+			t.Errorf("perSecond(%v) = %q, want %q", v, got, want)
+		}
+	}
+	if got := (rates{}).perSecond(0); got != "–" {
+		t.Errorf("no reading yet: %q", got)
 	}
 }

@@ -98,13 +98,17 @@ func (h *history) rates(queue string) rates {
 	return rates{ok: true, enqueued: float64(enq) / secs, acked: float64(acked) / secs, dead: float64(dead) / secs}
 }
 
-// perSecond formats a rate for the overview.
+// perSecond formats a rate for the overview: "–" before the dashboard has
+// two readings to tell it from, "0" for none, "<0.1" for less than one
+// every ten seconds, never "0.0".
 func (r rates) perSecond(v float64) string {
 	switch {
 	case !r.ok:
 		return "–"
 	case v == 0:
 		return "0"
+	case v < 0.05:
+		return "<0.1"
 	case v < 10:
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}

@@ -392,6 +392,9 @@ type deadLetterData struct {
 	rabbitmq.DeadLetter
 	Headers [][2]string
 	Body    string
+	// ReadCount says the headers carry x-delivery-count, which counts
+	// reads, not runs: the page says so.
+	ReadCount bool
 }
 
 func (s *Server) deadLetter(w http.ResponseWriter, r *http.Request) {
@@ -417,6 +420,7 @@ func (s *Server) deadLetter(w http.ResponseWriter, r *http.Request) {
 	}
 	for k, v := range dl.Headers {
 		d.Headers = append(d.Headers, [2]string{k, fmt.Sprint(v)})
+		d.ReadCount = d.ReadCount || k == "x-delivery-count"
 	}
 	slices.SortFunc(d.Headers, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
 	s.render(w, http.StatusOK, "deadletter", "layout", s.newPage("Dead letter "+id, d))
@@ -566,6 +570,58 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 	}
 	s.render(w, http.StatusOK, "report", "layout", s.newPage("Purge "+q,
 		reportData{Queue: q, Summary: fmt.Sprintf("Purged %d dead letters of %s.", n, q)}))
+}
+
+// confirmDelete asks before one dead letter, ?id=ID, is deleted for good.
+func (s *Server) confirmDelete(w http.ResponseWriter, r *http.Request) {
+	if s.opts.ReadOnly {
+		http.Error(w, "queuey: this dashboard is read-only (--read-only)", http.StatusForbidden)
+		return
+	}
+	q, id := r.PathValue("queue"), r.URL.Query().Get("id")
+	if id == "" {
+		http.Error(w, "queuey: delete takes the id of one dead letter, as its page gives it", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := s.context(r)
+	defer cancel()
+	dls, err := s.src.DeadLetters(ctx, q, rabbitmq.DeadLetterFilter{IDs: []string{id}}, 1)
+	if err != nil {
+		s.fail(w, q, err)
+		return
+	}
+	d := confirmData{Queue: q, Action: "delete", Submit: "Delete, for good", Fields: [][2]string{{"id", id}}}
+	if len(dls) == 0 {
+		d.Nothing = fmt.Sprintf("%s has no dead letter of job %q: redriven, purged or deleted meanwhile.", q, id)
+	} else {
+		d.Question = fmt.Sprintf("Delete the dead letter of job %q from %s, for good? It cannot be redriven afterwards.", id, q)
+	}
+	s.render(w, http.StatusOK, "confirm", "layout", s.newPage("Delete "+id, d))
+}
+
+// deleteOne deletes the dead letter the confirmation named.
+func (s *Server) deleteOne(w http.ResponseWriter, r *http.Request) {
+	if !s.checkPOST(w, r) {
+		return
+	}
+	q, id := r.PathValue("queue"), r.PostForm.Get("id")
+	if id == "" {
+		http.Error(w, "queuey: delete takes the id of one dead letter, as the confirmation page gives it", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
+	defer cancel()
+	n, err := s.src.Delete(ctx, q, rabbitmq.DeadLetterFilter{IDs: []string{id}}, 1)
+	s.opts.Logger.Info("queuey ui: delete", "queue", q, "id", id, "deleted", n, "err", s.redacted(err))
+	if err != nil {
+		s.fail(w, "Delete "+id, err)
+		return
+	}
+	summary := fmt.Sprintf("Deleted the dead letter of job %q from %s.", id, q)
+	if n == 0 {
+		summary = fmt.Sprintf("Deleted nothing: %s has no dead letter of job %q any more.", q, id)
+	}
+	s.render(w, http.StatusOK, "report", "layout", s.newPage("Delete "+id, reportData{Queue: q, Summary: summary}))
 }
 
 // redacted is err through Options.Redact, for the log; nil stays nil.
