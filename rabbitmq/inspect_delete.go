@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/queuey/queuey/internal/schedshell"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -210,4 +211,42 @@ func (in *Inspector) DeleteTopology(ctx context.Context, queue string) ([]Topolo
 	in.log.InfoContext(ctx, "queuey: deleted a work queue's topology", slog.String("queue", queue),
 		slog.Int("queues", len(deleted)), slog.Int("messages", total))
 	return deleted, nil
+}
+
+// DeleteSchedulerGroup deletes the election queue of a Scheduler group
+// (SchedulerOptions.Group), "queuey.scheduler." + group, and returns how
+// many tokens it held, which the broker drops. It is what to do once no
+// process runs the group any more: a work queue's DeleteTopology does not
+// touch it. It refuses, with an error wrapping ErrQueueInUse and deleting
+// nothing, while the queue has consumers (a running Scheduler would
+// declare it again), and with ErrNoSuchQueue when it does not exist. The
+// channels the Inspector opens must have QueueDelete.
+func (in *Inspector) DeleteSchedulerGroup(ctx context.Context, group string) (int, error) {
+	name := schedshell.Queue(group)
+	q, err := in.declarePassive(name)
+	if err != nil {
+		return 0, err
+	}
+	if q.Consumers > 0 {
+		return 0, fmt.Errorf("%w: %q has %d consumers: stop the schedulers of group %q first, or they would declare it again",
+			ErrQueueInUse, name, q.Consumers, group)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	ch, err := in.open()
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: opening a channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	del, ok := ch.(queueDeleter)
+	if !ok {
+		return 0, fmt.Errorf("rabbitmq: deleting %q: the channel (%T) has no QueueDelete", name, ch)
+	}
+	n, err := del.QueueDelete(name, false, false, false)
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: deleting %q: %w", name, err)
+	}
+	in.log.InfoContext(ctx, "queuey: deleted a scheduler group's election queue", slog.String("group", group), slog.Int("tokens", n))
+	return n, nil
 }

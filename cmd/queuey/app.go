@@ -66,6 +66,8 @@ Usage:
   queuey dead purge QUEUE               delete every dead letter of QUEUE, for good
   queuey delete QUEUE                   delete QUEUE with its dead-letter and hold queues and
                                         every message in them, for good (management API)
+  queuey scheduler delete GROUP         delete the election queue of a scheduler group
+                                        (queuey.scheduler.GROUP) once no process runs it
   queuey ui [--listen ADDR] [--read-only]
                                         serve the web dashboard (management API), on
                                         127.0.0.1:8080 unless --listen says otherwise
@@ -88,7 +90,7 @@ Filters (ls, redrive):
   --malformed              malformed bodies too (redrive republishes them verbatim)
   --limit N                ls: at most N (default 100; 0 for all)
 
-Redrive, purge and delete:
+Redrive, purge, delete and scheduler delete:
   --reset-attempts         redrive: start each job's attempts over at 1
   --dry-run                redrive: count what would move, move nothing
   --yes                    do not ask; required when stdin is not a terminal
@@ -244,7 +246,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 }
 
 // commands lists the commands, for messages.
-const commands = "queues, stats, dead, delete, ui or version"
+const commands = "queues, stats, dead, delete, scheduler, ui or version"
 
 func (a *app) dispatch(ctx context.Context, args []string) error {
 	o, rest, err := a.parse(args)
@@ -299,6 +301,17 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 			return usagef("delete takes one queue, not %d arguments", len(rest))
 		}
 		return a.withInspector(ctx, o, "delete", apiRequired, func(s *session) error { return a.deleteTopology(ctx, o, s.in, rest[0]) })
+	case "scheduler":
+		if len(rest) == 0 || rest[0] != "delete" {
+			return usagef("scheduler needs a subcommand: delete")
+		}
+		if err := o.only("scheduler delete", "yes"); err != nil {
+			return err
+		}
+		if len(rest) != 2 {
+			return usagef("scheduler delete takes one group, not %d arguments", len(rest)-1)
+		}
+		return a.withInspector(ctx, o, "scheduler delete", apiOptional, func(s *session) error { return a.deleteScheduler(ctx, o, s.in, rest[1]) })
 	case "dead":
 		if len(rest) == 0 {
 			return usagef("dead needs a subcommand: ls, show, redrive or purge")

@@ -122,6 +122,16 @@ func (a *app) stats(ctx context.Context, o options, s *session, queues []string)
 		}
 		// The ladder's rungs are there whether used or not: list the ones
 		// holding jobs (--json lists all).
+		holding := 0
+		for _, h := range s.Holds {
+			if h.Messages > 0 {
+				holding++
+			}
+		}
+		if holding == 0 {
+			fmt.Fprintf(a.stdout, "\nhold queues of %s: %s, all empty\n", s.Queue, plural(len(s.Holds), "1", "%d"))
+			continue
+		}
 		fmt.Fprintf(a.stdout, "\nhold queues of %s holding jobs:\n", s.Queue)
 		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  NAME\tTTL\tTYPE\tMESSAGES")
@@ -217,9 +227,24 @@ func noneMatch(o options, queue string) string {
 }
 
 func (a *app) deadList(ctx context.Context, o options, in *rabbitmq.Inspector, queue string) error {
-	dls, err := in.DeadLetters(ctx, queue, o.filter(), o.limit)
+	// Malformed ones are read too, so that a listing that leaves them out
+	// can say how many it left out.
+	f := o.filter()
+	f.Malformed = true
+	all, err := in.DeadLetters(ctx, queue, f, o.limit)
 	if err != nil {
 		return err
+	}
+	dls, hidden := all, 0
+	if !o.malformed {
+		dls = make([]rabbitmq.DeadLetter, 0, len(all))
+		for _, dl := range all {
+			if dl.Malformed {
+				hidden++
+				continue
+			}
+			dls = append(dls, dl)
+		}
 	}
 	if o.json {
 		out := make([]deadJSON, len(dls))
@@ -227,6 +252,10 @@ func (a *app) deadList(ctx context.Context, o options, in *rabbitmq.Inspector, q
 			out[i] = toJSON(dl)
 		}
 		return writeJSON(a.stdout, out)
+	}
+	if len(dls) == 0 && hidden > 0 {
+		fmt.Fprintf(a.stdout, "%s has no dead letters to list but %s (--malformed lists them)\n", queue, plural(hidden, "1 malformed one", "%d malformed ones"))
+		return nil
 	}
 	if len(dls) == 0 {
 		fmt.Fprintln(a.stdout, noneMatch(o, queue))
@@ -244,8 +273,11 @@ func (a *app) deadList(ctx context.Context, o options, in *rabbitmq.Inspector, q
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if o.limit > 0 && len(dls) == o.limit {
-		fmt.Fprintf(a.stdout, "(the first %d; --limit 0 lists all)\n", o.limit)
+	if o.limit > 0 && len(all) == o.limit {
+		fmt.Fprintf(a.stdout, "(the first %d read; --limit 0 lists all)\n", o.limit)
+	}
+	if hidden > 0 {
+		fmt.Fprintf(a.stdout, "(and %s not listed: --malformed lists them)\n", plural(hidden, "1 malformed dead letter", "%d malformed dead letters"))
 	}
 	return nil
 }
@@ -373,7 +405,11 @@ func (a *app) redrive(ctx context.Context, o options, in *rabbitmq.Inspector, qu
 		if o.dryRun {
 			verb = "dry run: would redrive"
 		}
-		fmt.Fprintf(a.stdout, "%s %d of %d dead letters read from %s to %s (%s)", verb, rep.Moved, rep.Read, dead, queue, attempts)
+		if rep.Moved == rep.Read {
+			fmt.Fprintf(a.stdout, "%s %s from %s to %s (%s)", verb, plural(rep.Moved, "1 dead letter", "%d dead letters"), dead, queue, attempts)
+		} else {
+			fmt.Fprintf(a.stdout, "%s %d of the %s read from %s to %s (%s)", verb, rep.Moved, plural(rep.Read, "1 dead letter", "%d dead letters"), dead, queue, attempts)
+		}
 		if rep.Skipped+rep.Recurred+rep.TooLarge > 0 {
 			fmt.Fprintf(a.stdout, "; left in place: %d not matching", rep.Skipped)
 			if rep.Recurred > 0 {
@@ -458,8 +494,8 @@ func (a *app) deleteTopology(ctx context.Context, o options, in *rabbitmq.Inspec
 	}
 	queues, messages := plural(len(found), "1 queue", "%d queues"), plural(total, "1 message", "%d messages")
 	if !o.json {
-		fmt.Fprintf(a.stderr, "%s has %s holding %s: %d waiting in %s, %d held for a retry or a deferral, %d in %s\n",
-			queue, queues, messages, byRole["work"], queue, total-byRole["work"]-byRole["dead"], byRole["dead"], (rabbitmq.Topology{DeadSuffix: o.deadSuffix}).DeadQueue(queue))
+		fmt.Fprintf(a.stderr, "%s has %s (%s) holding %s: %d waiting in %s, %d held for a retry or a deferral, %d in %s\n",
+			queue, queues, composition(found), messages, byRole["work"], queue, total-byRole["work"]-byRole["dead"], byRole["dead"], (rabbitmq.Topology{DeadSuffix: o.deadSuffix}).DeadQueue(queue))
 	}
 	question := fmt.Sprintf("Delete %s with its dead-letter and hold queues (%s) and the %s in them, for good?", queue, queues, messages)
 	if err := a.confirm(o, fmt.Sprintf("delete %s of %s and the %s in them", queues, queue, messages), question); err != nil {
@@ -539,4 +575,50 @@ func (p *progressBar) finish() {
 	if p.drawn {
 		fmt.Fprint(p.w, "\r\x1b[K")
 	}
+}
+
+// deleteScheduler deletes a scheduler group's election queue, once
+// confirmed.
+func (a *app) deleteScheduler(ctx context.Context, o options, in *rabbitmq.Inspector, group string) error {
+	name := "queuey.scheduler." + group
+	question := fmt.Sprintf("Delete %s, the election queue of scheduler group %q, and the tokens in it?", name, group)
+	if err := a.confirm(o, "delete "+name, question); err != nil {
+		return err
+	}
+	n, err := in.DeleteSchedulerGroup(ctx, group)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(a.stdout, deleteJSON{Queue: name, Messages: n, Deleted: []queueJSON{{name, "election", n}}})
+	}
+	fmt.Fprintf(a.stdout, "deleted %s and the %s in it\n", name, plural(n, "1 token", "%d tokens"))
+	return nil
+}
+
+// composition says what a work queue's topology is made of, counting its
+// hold queues as queuey stats does: "the work queue, its dead-letter
+// queue, 23 hold queues and the warm marker".
+func composition(found []rabbitmq.TopologyQueue) string {
+	roles := map[string]int{}
+	for _, q := range found {
+		roles[q.Role]++
+	}
+	var parts []string
+	if roles["work"] > 0 {
+		parts = append(parts, "the work queue")
+	}
+	if roles["dead"] > 0 {
+		parts = append(parts, "its dead-letter queue")
+	}
+	if n := len(found) - roles["work"] - roles["dead"] - roles["warm"]; n > 0 {
+		parts = append(parts, plural(n, "1 hold queue", "%d hold queues"))
+	}
+	if roles["warm"] > 0 {
+		parts = append(parts, "the warm marker")
+	}
+	if len(parts) < 2 {
+		return strings.Join(parts, "")
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
 }

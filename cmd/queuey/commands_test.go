@@ -244,7 +244,7 @@ func TestDelete(t *testing.T) {
 		t.Fatalf("jobs has %d queues: %v", len(jobsQueues), jobsQueues)
 	}
 	env := map[string]string{"AMQP_URL": memURL, "RABBITMQ_MANAGEMENT_URL": d.mgmt.URL}
-	summary := "jobs has 28 queues holding 11 messages: 2 waiting in jobs, 3 held for a retry or a deferral, 6 in jobs.dead\n"
+	summary := "jobs has 28 queues (the work queue, its dead-letter queue, 25 hold queues and the warm marker) holding 11 messages: 2 waiting in jobs, 3 held for a retry or a deferral, 6 in jobs.dead\n"
 	for _, tc := range []struct {
 		name        string
 		args        []string

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -133,4 +134,42 @@ func TestADeadJobSaysWhyItFailed(t *testing.T) {
 			t.Fatalf("Inspector.DeadLetters: errors %+v", errs)
 		}
 	})
+}
+
+// scheduler delete removes a group's election queue once confirmed, and
+// refuses while a scheduler consumes it or when it does not exist.
+func TestSchedulerDelete(t *testing.T) {
+	d := newDeployment(t)
+	ch := d.channel(t)
+	args := amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true, "x-delivery-limit": -1}
+	if _, err := ch.QueueDeclare("queuey.scheduler.nightly", true, false, false, false, args); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("", "queuey.scheduler.nightly", false, false, amqp.Publishing{Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"AMQP_URL": memURL}
+	if code, _, stderr := d.runCLI(t, env, "", false, "scheduler", "delete", "nightly"); code != exitUsage || !strings.Contains(stderr, "pass --yes") {
+		t.Fatalf("without --yes: exit %d\n%s", code, stderr)
+	}
+	consumer := d.channel(t)
+	if _, err := consumer.Consume("queuey.scheduler.nightly", "s1", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := d.runCLI(t, env, "", false, "scheduler", "delete", "nightly", "--yes"); code != exitFail || !strings.Contains(stderr, "stop the schedulers of group") {
+		t.Fatalf("while a scheduler runs: exit %d\n%s", code, stderr)
+	}
+	if err := consumer.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := d.runCLI(t, env, "", false, "scheduler", "delete", "nightly", "--yes")
+	if code != exitOK || stdout != "deleted queuey.scheduler.nightly and the 1 token in it\n" {
+		t.Fatalf("scheduler delete: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if _, ok := d.broker.Queue("queuey.scheduler.nightly"); ok {
+		t.Fatal("the election queue is still there")
+	}
+	if code, _, stderr := d.runCLI(t, env, "", false, "scheduler", "delete", "nightly", "--yes"); code != exitFail || !strings.Contains(stderr, "no such queue") {
+		t.Fatalf("a group that does not exist: exit %d\n%s", code, stderr)
+	}
 }

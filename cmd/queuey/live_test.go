@@ -81,7 +81,7 @@ func TestLiveSession(t *testing.T) {
 	if out := run(0, "dead", "ls", q, "--reason", "fatal", "--json"); strings.Count(out, `"reason"`) != 10 {
 		t.Fatalf("ls --reason fatal listed %d, want 10", strings.Count(out, `"reason"`))
 	}
-	if out := run(0, "dead", "redrive", q, "--reason", "exhausted", "--reset-attempts", "--yes"); !strings.Contains(out, "redrove 10 of 20") {
+	if out := run(0, "dead", "redrive", q, "--reason", "exhausted", "--reset-attempts", "--yes"); !strings.Contains(out, "redrove 10 of the 20 dead letters read") {
 		t.Fatalf("redrive: %s", out)
 	}
 	if out := run(0, "dead", "purge", q, "--yes"); !strings.Contains(out, "purged 10 dead letters") {
