@@ -2,6 +2,7 @@ package settle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -121,5 +122,46 @@ func TestASuccessorTooLargeForItsHistoryGoesWithout(t *testing.T) {
 	rerouted, err := PublishSuccessor(t.Context(), b, q, dec, nil)
 	if err != nil || rerouted != "" || len(b.published) != 1 || b.published[0].Attempt != 2 {
 		t.Fatalf("rerouted %q, err %v, published %+v", rerouted, err, b.published)
+	}
+}
+
+// A history that is not an array of objects starts afresh; one that is
+// keeps its entries byte for byte, whatever their spacing or escapes.
+func TestRecordOnAHistoryAsItStands(t *testing.T) {
+	q := contract.QueueConfig{Name: "jobs", Retry: contract.RetryPolicy{MaxAttempts: -1}}
+	for _, c := range []struct{ history, want string }{
+		{`nope`, `[{"attempt":2,"at":"1970-01-01T00:00:00Z","error":"boom"}]`},
+		{`{"attempt":1}`, `[{"attempt":2,"at":"1970-01-01T00:00:00Z","error":"boom"}]`},
+		{`["a string"]`, `[{"attempt":2,"at":"1970-01-01T00:00:00Z","error":"boom"}]`},
+		{`[1, 2]`, `[{"attempt":2,"at":"1970-01-01T00:00:00Z","error":"boom"}]`},
+		{`[]`, `[{"attempt":2,"at":"1970-01-01T00:00:00Z","error":"boom"}]`},
+		{`[ {"attempt":1,"error":"a \"}]{[\\"} ]`, `[{"attempt":1,"error":"a \"}]{[\\"},{"attempt":2,"at":"1970-01-01T00:00:00Z","error":"boom"}]`},
+	} {
+		env := envelope.Envelope{Version: envelope.Version, ID: "j1", Kind: "k", Queue: "jobs", Payload: []byte(`{}`), Attempt: 2,
+			Ext: map[string]json.RawMessage{contract.ExtErrors: json.RawMessage(c.history)}}
+		got := Record(Decide(env, errors.New("boom"), q, 0), 2, time.Unix(0, 0)).Successor.Ext[contract.ExtErrors]
+		if string(got) != c.want {
+			t.Errorf("after %s: %s, want %s", c.history, got, c.want)
+		}
+		if _, err := contract.AttemptErrors(envelope.Envelope{Ext: map[string]json.RawMessage{contract.ExtErrors: got}}); err != nil {
+			t.Errorf("after %s: the history does not read: %v", c.history, err)
+		}
+	}
+}
+
+// Each entry reads back as encoding/json would have written it: control
+// characters and quotes escaped, the time in RFC 3339 with nanoseconds.
+func TestRecordedEntriesReadBack(t *testing.T) {
+	q := contract.QueueConfig{Name: "jobs"}
+	env := envelope.Envelope{Version: envelope.Version, ID: "j1", Kind: "k", Queue: "jobs", Payload: []byte(`{}`), Attempt: 1, EnqueuedAt: time.Unix(1, 0)}
+	at := time.Date(2026, 12, 6, 9, 30, 1, 123456789, time.FixedZone("CET", 3600))
+	text := "line 1\nline \"2\"\t<tab> \u2028 é"
+	dec := Record(Decide(env, errors.New(text), q, 0), 1, at)
+	errs, err := contract.AttemptErrors(dec.Successor)
+	if err != nil || len(errs) != 1 || errs[0].Error != text || !errs[0].At.Equal(at) || errs[0].Attempt != 1 {
+		t.Fatalf("read back %+v, %v", errs, err)
+	}
+	if _, err := dec.Successor.Encode(); err != nil {
+		t.Fatal(err)
 	}
 }

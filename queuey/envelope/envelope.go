@@ -561,7 +561,7 @@ func decodeEnvelopeExt(raw json.RawMessage) (map[string]json.RawMessage, error) 
 
 // compactEnvelopeJSON returns a compacted copy of the valid JSON value raw.
 func compactEnvelopeJSON(raw json.RawMessage) json.RawMessage {
-	if !bytes.ContainsAny(raw, " \t\r\n") {
+	if !spaceOutsideStrings(raw) {
 		return bytes.Clone(raw)
 	}
 	var buf bytes.Buffer

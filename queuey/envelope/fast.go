@@ -53,7 +53,7 @@ func appendEnvelope(b []byte, e Envelope) []byte {
 // appendCompactJSON appends the valid JSON value raw without insignificant
 // space, as encoding/json writes a json.RawMessage.
 func appendCompactJSON(b []byte, raw []byte) []byte {
-	if !bytes.ContainsAny(raw, " \t\r\n") {
+	if !spaceOutsideStrings(raw) {
 		return append(b, raw...)
 	}
 	buf := bytes.NewBuffer(b)
@@ -115,7 +115,8 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // decodeCanonicalEnvelope decodes body when it is exactly in the form Encode
-// writes, without extension fields or escaped strings: the common case,
+// writes, without escaped strings, and with extension fields only as
+// Encode writes them (keys in order, values compact): the common case,
 // read without building a member map. ok is false for anything else, which
 // Decode then reads the general way. Whatever it accepts,
 // the general decoder accepts with the same result
@@ -171,7 +172,15 @@ func decodeCanonicalEnvelope(body []byte) (e Envelope, ok bool) {
 		return Envelope{}, false
 	}
 	ts, ok := p.strBytes()
-	if !ok || !p.lit(`}`) || p.i != len(body) {
+	if !ok {
+		return Envelope{}, false
+	}
+	if p.lit(`,"ext":{`) {
+		if e.Ext, ok = p.ext(); !ok {
+			return Envelope{}, false
+		}
+	}
+	if !p.lit(`}`) || p.i != len(body) {
 		return Envelope{}, false
 	}
 	t, ok := parseEnvelopeTime(ts)
@@ -274,6 +283,57 @@ func (p *canonicalReader) strBytes() ([]byte, bool) {
 	s := p.b[p.i+1 : j]
 	p.i = j + 1
 	return s, true
+}
+
+// ext reads the members of an "ext" object up to its closing brace, as
+// Encode writes them: at least one, keys non-empty and strictly
+// increasing, each value valid JSON without insignificant space. Each
+// value is a copy.
+func (p *canonicalReader) ext() (map[string]json.RawMessage, bool) {
+	var ext map[string]json.RawMessage
+	prev := ""
+	for {
+		key, ok := p.str()
+		if !ok || key == "" || (prev != "" && key <= prev) || !p.lit(`:`) || p.i >= len(p.b) {
+			return nil, false
+		}
+		end := scanCanonicalValue(p.b, p.i)
+		if end < 0 {
+			return nil, false
+		}
+		v := p.b[p.i:end]
+		if !utf8.Valid(v) || !validJSON(v) || spaceOutsideStrings(v) {
+			return nil, false
+		}
+		if ext == nil {
+			ext = make(map[string]json.RawMessage, 2)
+		}
+		ext[key] = bytes.Clone(v)
+		p.i, prev = end, key
+		if p.lit(`}`) {
+			return ext, true
+		}
+		if !p.lit(`,`) {
+			return nil, false
+		}
+	}
+}
+
+// spaceOutsideStrings reports whether the JSON value b holds whitespace
+// outside its strings: whether compacting it would change it.
+func spaceOutsideStrings(b []byte) bool {
+	in := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case in && c == '\\':
+			i++
+		case c == '"':
+			in = !in
+		case !in && (c == ' ' || c == '\t' || c == '\r' || c == '\n'):
+			return true
+		}
+	}
+	return false
 }
 
 // uint reads a non-negative decimal integer of at most 9 digits with no

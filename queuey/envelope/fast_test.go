@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -253,5 +254,39 @@ func TestDecodedEnvelopeDoesNotReferToTheBody(t *testing.T) {
 		if after := fmt.Sprintf("%+v %s %s", e, e.Payload, e.Ext); after != before {
 			t.Fatalf("%s: overwriting the body changed the envelope:\nbefore %s\nafter  %s", name, before, after)
 		}
+	}
+}
+
+// An envelope with extension fields as Encode writes them (a worker's
+// error history among them, with spaces inside its strings) takes the
+// fast path, and agrees with the general decoder; one whose ext keys are
+// out of order, or whose values hold space, is left to the general one.
+func TestCanonicalDecodeTakesExtFields(t *testing.T) {
+	e := Envelope{ID: "j1", Kind: "email", Queue: "jobs", Payload: json.RawMessage(`{"to":"a@b"}`), Attempt: 3,
+		EnqueuedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Ext: map[string]json.RawMessage{
+			"queuey_errors":       json.RawMessage(`[{"attempt":1,"at":"2026-01-02T03:04:05Z","error":"upstream 503: {\"a\": 1}"}]`),
+			"queuey_max_attempts": json.RawMessage(`5`),
+		}}
+	body, err := e.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := decodeCanonicalEnvelope(body)
+	if !ok {
+		t.Fatalf("the fast path refused %s", body)
+	}
+	if string(got.Ext["queuey_errors"]) != string(e.Ext["queuey_errors"]) || string(got.Ext["queuey_max_attempts"]) != "5" || len(got.Ext) != 2 {
+		t.Fatalf("ext %q", got.Ext)
+	}
+	checkCanonicalAgrees(t, body)
+	for _, odd := range []string{
+		strings.Replace(string(body), `"queuey_errors"`, `"queuey_zz"`, 1), // keys out of order
+		strings.Replace(string(body), `:5}`, `: 5}`, 1),                    // space outside a string
+		strings.Replace(string(body), `,"ext":{`, `,"ext":{"":1,`, 1),      // an empty key
+	} {
+		if _, ok := decodeCanonicalEnvelope([]byte(odd)); ok {
+			t.Errorf("the fast path took %s", odd)
+		}
+		checkCanonicalAgrees(t, []byte(odd))
 	}
 }
