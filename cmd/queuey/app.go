@@ -63,6 +63,8 @@ Usage:
   queuey dead ls QUEUE [filters]        list QUEUE's dead letters (they stay where they are)
   queuey dead show QUEUE ID             one dead letter, with its envelope
   queuey dead redrive QUEUE [filters]   move dead letters back to QUEUE, confirmed before removed
+  queuey dead delete QUEUE --id ID[,ID...]
+                                        delete these dead letters of QUEUE, for good
   queuey dead purge QUEUE               delete every dead letter of QUEUE, for good
   queuey delete QUEUE                   delete QUEUE with its dead-letter and hold queues and
                                         every message in them, for good (management API)
@@ -83,7 +85,7 @@ Flags (before or after the command):
   --dead-suffix S          dead-letter queue suffix, as the workers' Topology (default .dead)
   --deferred-suffix S      hold queue suffix, as the workers' Topology (default .deferred)
 
-Filters (ls, redrive):
+Filters (ls, redrive; delete takes --id only):
   --reason TEXT            reasons containing TEXT ("fatal", "attempts exhausted", "delivery_limit")
   --kind KIND              jobs of this kind
   --id ID[,ID...]          these job IDs
@@ -314,7 +316,7 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return a.withInspector(ctx, o, "scheduler delete", apiOptional, func(s *session) error { return a.deleteScheduler(ctx, o, s.in, rest[1]) })
 	case "dead":
 		if len(rest) == 0 {
-			return usagef("dead needs a subcommand: ls, show, redrive or purge")
+			return usagef("dead needs a subcommand: ls, show, redrive, delete or purge")
 		}
 		sub, rest := rest[0], rest[1:]
 		var run func(in *rabbitmq.Inspector) error
@@ -351,6 +353,17 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 				return usagef("dead purge takes one queue, not %d arguments", len(rest))
 			}
 			run = func(in *rabbitmq.Inspector) error { return a.purge(ctx, o, in, rest[0]) }
+		case "delete":
+			if err := o.only("dead delete", "id", "yes"); err != nil {
+				return err
+			}
+			if len(rest) != 1 {
+				return usagef("dead delete takes one queue, not %d arguments", len(rest))
+			}
+			if strings.TrimSpace(strings.ReplaceAll(o.ids, ",", "")) == "" {
+				return usagef("dead delete needs --id: the job IDs of the dead letters to delete (purge deletes them all)")
+			}
+			run = func(in *rabbitmq.Inspector) error { return a.deadDelete(ctx, o, in, rest[0]) }
 		default:
 			return usagef("unknown dead subcommand %q: want ls, show, redrive or purge", sub)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/queuey/queuey/internal/dashboard"
 	"github.com/queuey/queuey/queuey"
 	"io"
 	"strings"
@@ -141,7 +142,7 @@ func (a *app) stats(ctx context.Context, o options, s *session, queues []string)
 				empty++
 				continue
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", h.Name, h.TTL, h.Type, h.Messages)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", h.Name, dashboard.Duration(h.TTL), h.Type, h.Messages)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -621,4 +622,34 @@ func composition(found []rabbitmq.TopologyQueue) string {
 		return strings.Join(parts, "")
 	}
 	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
+
+// deadDelete deletes the dead letters of queue with the job IDs of --id,
+// once confirmed.
+func (a *app) deadDelete(ctx context.Context, o options, in *rabbitmq.Inspector, queue string) error {
+	f := rabbitmq.DeadLetterFilter{IDs: o.filter().IDs}
+	found, err := in.DeadLetters(ctx, queue, f, 0)
+	if err != nil {
+		return err
+	}
+	if len(found) == 0 {
+		return fmt.Errorf("%s has no dead letter with the job IDs %s", queue, strings.Join(f.IDs, ", "))
+	}
+	n := plural(len(found), "1 dead letter", "%d dead letters")
+	if err := a.confirm(o, "delete "+n+" of "+queue, fmt.Sprintf("Delete %s of %s (%s), for good?", n, queue, strings.Join(f.IDs, ", "))); err != nil {
+		return err
+	}
+	deleted, err := in.Delete(ctx, queue, f, 0)
+	if o.json {
+		out := map[string]any{"queue": queue, "deleted": deleted}
+		if err != nil {
+			out["error"] = err.Error()
+		}
+		if jerr := writeJSON(a.stdout, out); jerr != nil {
+			return jerr
+		}
+	} else if deleted > 0 {
+		fmt.Fprintf(a.stdout, "deleted %s from %s\n", plural(deleted, "1 dead letter", "%d dead letters"), (rabbitmq.Topology{DeadSuffix: o.deadSuffix}).DeadQueue(queue))
+	}
+	return err
 }

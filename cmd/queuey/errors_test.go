@@ -173,3 +173,26 @@ func TestSchedulerDelete(t *testing.T) {
 		t.Fatalf("a group that does not exist: exit %d\n%s", code, stderr)
 	}
 }
+
+// dead delete removes the dead letters it names, once confirmed, and no
+// other; it needs --id.
+func TestDeadDelete(t *testing.T) {
+	d := newDeployment(t)
+	env := map[string]string{"AMQP_URL": memURL}
+	if code, _, stderr := d.runCLI(t, env, "", false, "dead", "delete", "jobs"); code != exitUsage || !strings.Contains(stderr, "needs --id") {
+		t.Fatalf("without --id: exit %d\n%s", code, stderr)
+	}
+	if code, _, stderr := d.runCLI(t, env, "", false, "dead", "delete", "jobs", "--id", "e-1"); code != exitUsage || !strings.Contains(stderr, "pass --yes") {
+		t.Fatalf("without --yes: exit %d\n%s", code, stderr)
+	}
+	code, stdout, stderr := d.runCLI(t, env, "", false, "dead", "delete", "jobs", "--id", "e-1,c-0", "--yes")
+	if code != exitOK || stdout != "deleted 2 dead letters from jobs.dead\n" {
+		t.Fatalf("dead delete: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if q, _ := d.broker.Queue("jobs.dead"); q.Ready != 4 {
+		t.Fatalf("%d dead letters left, want 4", q.Ready)
+	}
+	if code, _, stderr := d.runCLI(t, env, "", false, "dead", "delete", "jobs", "--id", "e-1", "--yes"); code != exitFail || !strings.Contains(stderr, "no dead letter with the job IDs e-1") {
+		t.Fatalf("deleting it again: exit %d\n%s", code, stderr)
+	}
+}

@@ -565,8 +565,8 @@ func TestDurationsReadAsWords(t *testing.T) {
 		200 * time.Second: "3m 20s", time.Hour: "1h", 320 * time.Minute: "5h 20m",
 		2147483647 * time.Millisecond: "24.9 days", 72 * time.Hour: "3 days",
 	} {
-		if got := fmtDuration(d); got != want {
-			t.Errorf("fmtDuration(%s) = %q, want %q", d, got, want)
+		if got := Duration(d); got != want {
+			t.Errorf("Duration(%s) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -129,7 +129,7 @@ const chartW, chartH = 160, 32
 func (h *history) chart(queue string, now time.Time) chart {
 	ss := h.queues[queue]
 	span := h.spanOf(ss, now)
-	c := chart{Width: chartW, Height: chartH, Span: fmtDuration(span)}
+	c := chart{Width: chartW, Height: chartH, Span: Duration(span)}
 	for _, s := range ss {
 		c.Max = max(c.Max, s.backlog, s.held, s.dead)
 	}
@@ -167,12 +167,13 @@ func (h *history) span(now time.Time) string {
 			longest = ss
 		}
 	}
-	return fmtDuration(h.spanOf(longest, now))
+	return Duration(h.spanOf(longest, now))
 }
 
-// fmtDuration writes d as a person reads it: "250ms", "12s", "3m 20s",
-// "5h 20m", "24.3 days".
-func fmtDuration(d time.Duration) string {
+// Duration writes d as a person reads it: "250ms", "12s", "3m 20s",
+// "5h 20m", "24.3 days". The dashboard and the queuey command show
+// durations with it.
+func Duration(d time.Duration) string {
 	switch d = d.Round(time.Millisecond); {
 	case d >= 48*time.Hour:
 		return strings.TrimSuffix(fmt.Sprintf("%.1f", d.Hours()/24), ".0") + " days"

@@ -38,7 +38,7 @@ func (s *Server) parseTemplates() error {
 		"esc":       url.PathEscape,
 		"time":      fmtTime,
 		"lastError": lastError,
-		"dur":       fmtDuration,
+		"dur":       Duration,
 		"plural":    plural,
 	}
 	s.pages = map[string]*template.Template{}
@@ -243,7 +243,7 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 	d := queueData{Queue: q, Stats: st[0], Groups: groups(dls), Read: len(dls), Truncated: truncated}
 	var soonest time.Duration = -1
 	for _, h := range st[0].Holds {
-		back := "within " + fmtDuration(h.TTL) + " of entering"
+		back := "within " + Duration(h.TTL) + " of entering"
 		if h.Type == "relay" {
 			back = "at once: on their way between rungs or back to the queue"
 		}
@@ -256,7 +256,7 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 	case soonest == 0:
 		d.Next = "now: some are on their way between rungs"
 	case soonest > 0:
-		d.Next = "within " + fmtDuration(soonest)
+		d.Next = "within " + Duration(soonest)
 	}
 	s.render(w, http.StatusOK, "queue", "layout", s.newPage(q, d))
 }
