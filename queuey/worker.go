@@ -621,13 +621,13 @@ func (w *Worker) runHandler(ctx context.Context, h erasedHandler, env Envelope, 
 
 // jobContext is what a handler run knows of its job, a job of queue q.
 func jobContext(env Envelope, priority uint8, q QueueConfig) JobContext {
-	opts, _ := jobopts.Read(env) // the decoder refused options of the wrong shape
+	opts, _ := jobopts.Read(env)  // the decoder refused options of the wrong shape
 	errs, _ := AttemptErrors(env) // a history that does not parse is none
 	return JobContext{
 		ID: env.ID, Kind: env.Kind, Queue: env.Queue, Attempt: env.Attempt,
 		MaxAttempts: opts.Policy(q).MaxAttempts,
 		Deferrals:   env.Deferrals, Priority: priority, EnqueuedAt: env.EnqueuedAt,
-		Errors:      errs,
+		Errors: errs,
 	}
 }
 

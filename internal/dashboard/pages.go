@@ -401,9 +401,8 @@ func (s *Server) deadLetter(w http.ResponseWriter, r *http.Request) {
 	q, id := r.PathValue("queue"), r.PathValue("id")
 	ctx, cancel := s.context(r)
 	defer cancel()
-	dls, err := s.src.DeadLetters(ctx, q, rabbitmq.DeadLetterFilter{IDs: []string{id}}, 1)
-	if err != nil {
-		s.fail(w, q, err)
+	dls, ok := s.deadLetterOf(ctx, w, q, id)
+	if !ok {
 		return
 	}
 	if len(dls) == 0 {
@@ -572,6 +571,17 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 		reportData{Queue: q, Summary: fmt.Sprintf("Purged %d dead letters of %s.", n, q)}))
 }
 
+// deadLetterOf reads queue q's dead letter of job id: none or one. On an
+// error it has answered the request, and ok is false.
+func (s *Server) deadLetterOf(ctx context.Context, w http.ResponseWriter, q, id string) (dls []rabbitmq.DeadLetter, ok bool) {
+	dls, err := s.src.DeadLetters(ctx, q, rabbitmq.DeadLetterFilter{IDs: []string{id}}, 1)
+	if err != nil {
+		s.fail(w, q, err)
+		return nil, false
+	}
+	return dls, true
+}
+
 // confirmDelete asks before one dead letter, ?id=ID, is deleted for good.
 func (s *Server) confirmDelete(w http.ResponseWriter, r *http.Request) {
 	if s.opts.ReadOnly {
@@ -585,9 +595,8 @@ func (s *Server) confirmDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.context(r)
 	defer cancel()
-	dls, err := s.src.DeadLetters(ctx, q, rabbitmq.DeadLetterFilter{IDs: []string{id}}, 1)
-	if err != nil {
-		s.fail(w, q, err)
+	dls, ok := s.deadLetterOf(ctx, w, q, id)
+	if !ok {
 		return
 	}
 	d := confirmData{Queue: q, Action: "delete", Submit: "Delete, for good", Fields: [][2]string{{"id", id}}}
