@@ -212,8 +212,15 @@ func (in *Inspector) scan(ctx context.Context, queue string, visit func(dl DeadL
 		return fmt.Errorf("rabbitmq: opening a channel: %w", err)
 	}
 	// Closing the channel returns anything still unacknowledged, whatever
-	// happened before.
-	defer func() { _ = ch.Close() }()
+	// happened before. For a scan that takes, the broker's answer to the
+	// close is also what says it took the last removal (an
+	// acknowledgement has no answer of its own): without it, the scan
+	// fails.
+	defer func() {
+		if cerr := ch.Close(); cerr != nil && err == nil && take != nil {
+			err = fmt.Errorf("rabbitmq: closing the channel after removing dead letters of %q: %w", dead, cerr)
+		}
+	}()
 	var pub *publisher
 	if take != nil {
 		if pub, err = newPublisher(ch, in.log); err != nil {
@@ -227,6 +234,11 @@ func (in *Inspector) scan(ctx context.Context, queue string, visit func(dl DeadL
 		if held == 0 || ch.IsClosed() {
 			return
 		}
+		// What is ready besides them: the wait counts the returned on top.
+		ready := 0
+		if q, qerr := ch.QueueDeclarePassive(dead, false, false, false, false, nil); qerr == nil {
+			ready = q.Messages
+		}
 		if nerr := ch.Nack(held, true, true); nerr != nil {
 			if err == nil {
 				err = fmt.Errorf("rabbitmq: returning dead letters to %q: %w (closing the channel returns them)", dead, nerr)
@@ -234,7 +246,7 @@ func (in *Inspector) scan(ctx context.Context, queue string, visit func(dl DeadL
 			return
 		}
 		if err == nil {
-			in.awaitReturns(ctx, ch, dead, nheld)
+			in.awaitReturns(ctx, ch, dead, ready+nheld)
 		}
 	}()
 	for read := 1; ; read++ {
@@ -270,7 +282,10 @@ func (in *Inspector) scan(ctx context.Context, queue string, visit func(dl DeadL
 const returnWait = 5 * time.Second
 
 // awaitReturns waits, up to returnWait, until dead holds at least n ready
-// messages: the n a scan has just returned. On RabbitMQ a return is
+// messages: those a scan has just returned, on top of those that were
+// ready besides them (counting the returned alone, a wait ended while the
+// last of them was still on its way back: seen on 4.0.5, a redrive's
+// skipped dead letter missed by the count right after it). On RabbitMQ a return is
 // asynchronous (the channel hands it to the queue's process, and a
 // channel.close-ok does not wait for it), so without this wait a redrive
 // started right after a listing found only part of the dead letters the
@@ -323,8 +338,12 @@ type RedriveReport struct {
 	// again before it ended: left in place, not moved twice.
 	Recurred int
 	// MaybeMoved is 1 when the redrive stopped between a dead letter's
-	// republish and its removal: that job may now be both in its work
-	// queue and still in the dead-letter queue.
+	// republish and the broker's taking its removal: that job may now be
+	// both in its work queue and still in the dead-letter queue. AMQP does
+	// not confirm an acknowledgement, so the removal is known to be taken
+	// only when the broker answers the redrive's next read on the same
+	// channel: a redrive whose connection is lost right after it removed a
+	// dead letter reports that one here too (and in Moved).
 	MaybeMoved int
 	// TooLarge counts dead letters whose republished job would be larger
 	// than MaxMessageSize: left in place. The worker dead-letters a job
@@ -339,7 +358,8 @@ type RedriveReport struct {
 // payload, priority 0). Each is republished, and the broker's confirm
 // awaited, before it is removed from the dead-letter queue, so a redrive
 // interrupted at any point loses nothing: at worst the one job it was
-// moving is in both queues (RedriveReport.MaybeMoved). It reads as many
+// moving, or had just removed when its connection was lost, is in both
+// queues (RedriveReport.MaybeMoved). It reads as many
 // dead letters as the queue held when it began, and no more, holding what
 // it leaves unacknowledged until the end. Dead letters that arrive
 // meanwhile queue behind those and are left for a later redrive, so a
@@ -371,6 +391,9 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 	}
 	moved := map[string]bool{} // by movedKey
 	take := func(ch InspectChannel, pub *publisher, dl DeadLetter, d amqp.Delivery) (bool, error) {
+		// The broker answered this read on the channel that removed the
+		// last job moved, after it had taken that removal.
+		rep.MaybeMoved = 0
 		rep.Read++
 		if !opts.Filter.Match(dl) {
 			rep.Skipped++
@@ -408,7 +431,10 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 		if err := ch.Ack(d.DeliveryTag, false); err != nil {
 			return false, fmt.Errorf("rabbitmq: removing redriven job %q from %q: %w", dl.ID, in.top.DeadQueue(queue), err)
 		}
-		rep.MaybeMoved = 0
+		// MaybeMoved stays 1 until the broker answers on this channel
+		// again: an acknowledgement written just before the connection
+		// is lost may never reach it (seen on 4.0.5, a cut connection's
+		// last acknowledgement returned to the dead-letter queue).
 		rep.Moved++
 		return true, nil
 	}
@@ -418,6 +444,9 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 		}
 		return read >= total || read == opts.Limit, nil
 	}, take)
+	if err == nil {
+		rep.MaybeMoved = 0 // the broker answered the close of the channel that removed them
+	}
 	in.log.InfoContext(ctx, "queuey: redrive", slog.String("queue", queue), slog.Int("read", rep.Read),
 		slog.Int("moved", rep.Moved), slog.Int("skipped", rep.Skipped), slog.Int("too_large", rep.TooLarge), slog.Int("maybe_moved", rep.MaybeMoved),
 		slog.Bool("dry_run", opts.DryRun))

@@ -86,7 +86,13 @@ func TestLiveInspectorRedriveSurvivesACutConnection(t *testing.T) {
 			t.Logf("cut at %d of %d: report %+v, error: %v (%v)", n/2, n+1, rep, err, time.Since(start).Round(time.Millisecond))
 
 			// The broker returns what the cut connection held; then a
-			// second redrive moves the rest.
+			// second redrive moves the rest. If the broker never had the
+			// cut channel's last acknowledgement (the report's
+			// MaybeMoved), that job returns to the dead-letter queue,
+			// perhaps only after the second redrive began: it is moved
+			// twice, and a dead letter the second redrive did not count
+			// is left. Redrives go on until the malformed one is left
+			// alone, and one more moves nothing.
 			conn2, err := amqp.Dial(os.Getenv("AMQP_URL"))
 			if err != nil {
 				t.Fatal(err)
@@ -96,21 +102,28 @@ func TestLiveInspectorRedriveSurvivesACutConnection(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var rep2 RedriveReport
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				rep2, err = insp2.Redrive(t.Context(), q, RedriveOptions{ResetAttempts: true})
+			var more RedriveReport
+			redrives := 0
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				rep2, err := insp2.Redrive(t.Context(), q, RedriveOptions{ResetAttempts: true})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if rep.Moved+rep2.Moved >= n || time.Now().After(deadline) {
+				redrives++
+				more.Read += rep2.Read
+				more.Moved += rep2.Moved
+				more.Skipped += rep2.Skipped
+				if rep.Moved+more.Moved >= n && rep2.Moved == 0 && r.ready(r.b.Topology().DeadQueue(q)) == 1 {
 					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after 30 s of redrives, %d moved before the cut and %d after, %d dead letters ready", rep.Moved, more.Moved, r.ready(r.b.Topology().DeadQueue(q)))
 				}
 				time.Sleep(100 * time.Millisecond) // the broker has yet to return the cut channel's
 			}
-			t.Logf("second redrive: %+v", rep2)
-			if got := r.ready(r.b.Topology().DeadQueue(q)); got != 1 {
-				t.Fatalf("%d dead letters left, want the malformed one", got)
+			t.Logf("%d more redrives: %+v", redrives, more)
+			if extra := rep.Moved + more.Moved - n; extra > rep.MaybeMoved {
+				t.Fatalf("%d jobs moved twice, but the cut redrive reported %d maybe moved", extra, rep.MaybeMoved)
 			}
 
 			runs := runLiveRedriven(t, r.b, queues, n)
@@ -124,9 +137,9 @@ func TestLiveInspectorRedriveSurvivesACutConnection(t *testing.T) {
 					t.Errorf("job %d ran %d times", i, runs[i])
 				}
 			}
-			t.Logf("RESULT %s: %d jobs, %d moved before the cut, %d after, 0 lost, %d duplicates", typ, n, rep.Moved, rep2.Moved, dups)
-			if dups > 1 {
-				t.Fatalf("%d duplicates: only the job caught by the cut may run twice", dups)
+			t.Logf("RESULT %s: %d jobs, %d moved before the cut (%d maybe), %d after, 0 lost, %d duplicates", typ, n, rep.Moved, rep.MaybeMoved, more.Moved, dups)
+			if dups > rep.MaybeMoved {
+				t.Fatalf("%d duplicates: only the job the cut redrive reported maybe moved may run twice", dups)
 			}
 		})
 	}

@@ -381,8 +381,11 @@ func TestInspectorInterruptedRedriveLosesNothing(t *testing.T) {
 				if err == nil {
 					t.Fatalf("redrive survived its connection: %+v", rep)
 				}
-				if rep.Read != at || rep.Moved+rep.Skipped != at || rep.MaybeMoved != 0 {
-					t.Fatalf("report %+v, want %d read, each moved or skipped (%v)", rep, at, err)
+				// The kill came after the last read's removal, if it moved
+				// one, and before the broker answered on the channel again:
+				// that job is reported maybe moved.
+				if rep.Read != at || rep.Moved+rep.Skipped != at || rep.MaybeMoved > min(rep.Moved, 1) {
+					t.Fatalf("report %+v, want %d read, each moved or skipped, at most the last maybe moved (%v)", rep, at, err)
 				}
 				work, dead := r.count(t, "jobs"), r.count(t, "jobs.dead")
 				if work != rep.Moved || work+dead != 2*n+2 {

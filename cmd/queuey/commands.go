@@ -422,7 +422,7 @@ func (a *app) redrive(ctx context.Context, o options, in *rabbitmq.Inspector, qu
 		}
 		fmt.Fprintln(a.stdout)
 		if rep.MaybeMoved > 0 {
-			fmt.Fprintf(a.stdout, "one job was republished but not yet removed from %s: it may run twice\n", dead)
+			fmt.Fprintf(a.stdout, "one job was republished, and its removal from %s not yet answered by the broker: it may run twice\n", dead)
 		}
 	}
 	if err != nil {

@@ -517,7 +517,7 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 	}{
 		{rep.Read, "read"}, {rep.Skipped, "left in place: not in this group"},
 		{rep.Recurred, "dead-lettered again during the redrive: left in place"},
-		{rep.MaybeMoved, "may be both in the queue and still a dead letter (the redrive stopped between its republish and its removal)"},
+		{rep.MaybeMoved, "may be both in the queue and still a dead letter (the redrive stopped after its republish, before the broker had answered its removal)"},
 		{rep.TooLarge, "too large to republish: left in place"},
 	} {
 		if l.n > 0 {
