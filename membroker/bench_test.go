@@ -123,3 +123,52 @@ func BenchmarkHoldQueueExpiry(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLadderHop is one relay of the hold ladder as the broker sees
+// it: a message expires from a quorum rung, is dead-lettered into the
+// relay queue and delivered to a consumer at prefetch 100, which publishes
+// it to the next rung (here the same one), awaits the confirm, and acks.
+// It is the model's floor for a relay, with no worker code around it
+// (docs/performance.md sets it against queuey-sim's default run).
+func BenchmarkLadderHop(b *testing.B) {
+	clk := &stillClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	br := New(Config{Clock: clk, Version: RabbitMQ43})
+	conn, _ := br.Dial()
+	ch, _ := conn.Channel()
+	for _, q := range []struct {
+		name string
+		args amqp.Table
+	}{
+		{"relay", amqp.Table{"x-queue-type": "quorum"}},
+		{"rung", amqp.Table{"x-queue-type": "quorum", "x-message-ttl": 1000,
+			"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "relay", "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}},
+	} {
+		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
+			b.Fatal(err)
+		}
+	}
+	_ = ch.Confirm(false)
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1))
+	_ = ch.Qos(100, 0, false)
+	deliveries, err := ch.Consume("relay", "", false, false, false, false, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := ch.PublishWithContext(ctx, "", "rung", false, false, benchMsg); err != nil {
+		b.Fatal(err)
+	}
+	<-confirms
+	b.ReportAllocs()
+	for b.Loop() {
+		clk.now = clk.now.Add(2 * time.Second)
+		_, _ = br.Queue("rung") // processes the due expiry
+		d := <-deliveries
+		if err := ch.PublishWithContext(ctx, "", "rung", false, false, amqp.Publishing{
+			DeliveryMode: amqp.Persistent, Headers: benchMsg.Headers, Body: d.Body}); err != nil {
+			b.Fatal(err)
+		}
+		<-confirms
+		_ = d.Ack(false)
+	}
+}
