@@ -146,6 +146,11 @@ type QueueStats struct {
 	// became of the job. Zero when the lister does not count them; a
 	// dashboard turns two readings into rates.
 	Enqueued, Acked int64
+	// QuorumQueues counts the quorum queues the work queue brings, itself
+	// included if it is one: its dead-letter queue, its ladder's rungs,
+	// relay queue and warm marker (Listed only). On a cluster each is a
+	// Raft group with a member on every node: 25 with the defaults.
+	QuorumQueues int
 }
 
 // HoldStats is one hold queue: jobs waiting out a retry backoff or a
@@ -193,6 +198,7 @@ func (in *Inspector) Stats(ctx context.Context, queues ...string) ([]QueueStats,
 					st.Holds = append(st.Holds, h)
 				}
 			}
+			st.QuorumQueues = in.quorumOf(q, listing)
 			sortHolds(st.Holds)
 		}
 		stats = append(stats, st)
@@ -237,11 +243,29 @@ func (in *Inspector) WorkQueues(ctx context.Context) ([]QueueStats, error) {
 				st.Holds = append(st.Holds, hs)
 			}
 		}
+		st.QuorumQueues = in.quorumOf(l.Name, listing)
 		sortHolds(st.Holds)
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b QueueStats) int { return strings.Compare(a.Queue, b.Queue) })
 	return out, nil
+}
+
+// quorumOf counts the quorum queues of listing that are queue or one of
+// its auxiliaries (auxiliaryOf).
+func (in *Inspector) quorumOf(queue string, listing []QueueListing) int {
+	n := 0
+	for _, l := range listing {
+		if l.Type != "quorum" {
+			continue
+		}
+		if l.Name == queue {
+			n++
+		} else if parent, _, ok := in.auxiliaryOf(l.Name); ok && parent == queue {
+			n++
+		}
+	}
+	return n
 }
 
 // sortHolds sorts hold queues by TTL, then type.

@@ -60,6 +60,14 @@ type Result struct {
 	// in granules). The relay back to the work queue is not counted.
 	Relays          int     `json:"relays"`
 	RelaysPerSecond float64 `json:"relays_per_second"`
+	// QuorumQueues counts the quorum queues on the broker at the end of
+	// the run, all made by the product's declarations: the work queues of
+	// type quorum, the dead-letter queues, and the ladder's rungs, relay
+	// queues and warm markers. Quorum queues never expire, so it is every
+	// one the run made; on a cluster each is a Raft group with a member on
+	// every node. WorkQueues is how many work queues they serve.
+	QuorumQueues int `json:"quorum_queues"`
+	WorkQueues   int `json:"work_queues"`
 
 	// Periodic is what the scheduler group did; nil without
 	// Scenario.Periodic.
@@ -106,6 +114,12 @@ func (r *runner) finish() *Result {
 		res.RelaysPerSecond = float64(res.Relays) / now.Seconds()
 	}
 	res.Virtual = Duration(now)
+	res.WorkQueues = len(r.queues)
+	for _, q := range r.broker.Queues() {
+		if q.Type == "quorum" {
+			res.QuorumQueues++
+		}
+	}
 
 	nums := make([]uint64, 0, r.jobs.len())
 	r.jobs.each(func(n uint64, _ *job) { nums = append(nums, n) })

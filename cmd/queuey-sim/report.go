@@ -56,6 +56,10 @@ type rowReport struct {
 	HoldDeclarations      int          `json:"hold_declarations"`
 	DeclarationsPerSecond float64      `json:"declarations_per_second"`
 	RelaysPerSecond       float64      `json:"relays_per_second"`
+	// QuorumQueues counts the quorum queues the run's declarations made
+	// for its WorkQueues work queues (sim.Result.QuorumQueues).
+	QuorumQueues int `json:"quorum_queues"`
+	WorkQueues   int `json:"work_queues"`
 	// AddedWait is what rounding (and, on the legacy row, head-of-line
 	// blocking) added to retries' holds, over the delay asked for;
 	// DeferredAddedWait the same for deferrals, which round to the
@@ -133,6 +137,7 @@ func newRowReport(r row) rowReport {
 		Label: r.label(), Granularity: sim.Duration(r.granularity), GranularityNS: int64(r.granularity), Legacy: r.legacy,
 		HoldQueuesPeak: res.HoldQueuesPeak, HoldQueuesMean: res.HoldQueuesMean, HoldQueuesCreated: res.HoldQueuesCreated,
 		HoldDeclarations: res.HoldDeclarations, DeclarationsPerSecond: res.DeclarationsPerSecond, RelaysPerSecond: res.RelaysPerSecond,
+		QuorumQueues: res.QuorumQueues, WorkQueues: res.WorkQueues,
 		AddedWait: res.RetryAddedWait.Summary(), DeferredAddedWait: res.DeferredAddedWait.Summary(), DeferredWait: res.DeferredWait.Summary(), BacklogWait: res.BacklogWait.Summary(),
 		Jobs: res.Jobs, DeadByReason: res.DeadByReason, Deferrals: res.Deferrals, TimedOut: res.TimedOut, Abandoned: res.Abandoned,
 		Violations: res.ViolationCount, ViolationsByInvariant: map[string]int{}, TraceHash: res.TraceHash,
@@ -173,9 +178,24 @@ func found(r rowReport, classic bool, why, more string) recommendation {
 	s := r.AddedWait
 	return recommendation{
 		Found: true, Granularity: r.Granularity, IsDefault: isDefault, Peak: r.HoldQueuesPeak, AddedWait: s, Rule: recommendationRule,
-		Text: fmt.Sprintf("retry granularity %s (%s)\nwhy: %s\ncost: rounding up to %s adds p50 %s, p99 %s, max %s to a retry's wait; %s",
-			r.Label, set, why, r.Label, fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.Max), more),
+		Text: fmt.Sprintf("retry granularity %s (%s)\nwhy: %s\ncost: rounding up to %s adds p50 %s, p99 %s, max %s to a retry's wait; %s\nqueues: %s",
+			r.Label, set, why, r.Label, fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.Max), more, quorumCost(r)),
 	}
+}
+
+// quorumCost says how many quorum queues row r's configuration declared:
+// what a user sizing a cluster pays in Raft groups.
+func quorumCost(r rowReport) string {
+	if r.QuorumQueues == 0 {
+		return "no quorum queues"
+	}
+	each := ""
+	if r.WorkQueues > 1 && r.QuorumQueues%r.WorkQueues == 0 {
+		each = fmt.Sprintf(", %d each", r.QuorumQueues/r.WorkQueues)
+	}
+	return fmt.Sprintf("%s for %s%s (work queues of type quorum, dead-letter queues, and the ladder's rungs, "+
+		"relay queue and warm marker); on a three-node cluster each is a Raft group with a member on every node, %d in all",
+		plural(r.QuorumQueues, "1 quorum queue", "%d quorum queues"), plural(r.WorkQueues, "1 work queue", "%d work queues"), each, 3*r.QuorumQueues)
 }
 
 // recommend applies recommendationRule to classic holds: the finest
@@ -422,4 +442,13 @@ func reportViolations(w io.Writer, rows []row) int {
 		}
 	}
 	return total
+}
+
+// plural formats n with one when it is 1, else with many (a format with
+// one %d).
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return fmt.Sprintf(many, n)
 }

@@ -25,6 +25,8 @@ type statsJSON struct {
 	Dead      int    `json:"dead"`
 	// Holds is null without the management API.
 	Holds []holdJSON `json:"holds"`
+	// QuorumQueues is null without the management API.
+	QuorumQueues *int `json:"quorum_queues"`
 }
 
 type holdJSON struct {
@@ -41,6 +43,7 @@ func toStatsJSON(st []rabbitmq.QueueStats) []statsJSON {
 		out[i] = statsJSON{Queue: s.Queue, Ready: s.Ready, Consumers: s.Consumers, Dead: s.Dead}
 		if s.Listed {
 			out[i].Unacked = &s.Unacked
+			out[i].QuorumQueues = &s.QuorumQueues
 			out[i].Holds = []holdJSON{}
 			for _, h := range s.Holds {
 				out[i].Holds = append(out[i].Holds, holdJSON{h.Name, h.TTL.Milliseconds(), h.Type, h.Messages})
@@ -54,21 +57,32 @@ func toStatsJSON(st []rabbitmq.QueueStats) []statsJSON {
 // whether every row's unacked and hold figures are known (Listed).
 func (a *app) statsTable(st []rabbitmq.QueueStats) (listed bool, err error) {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tREADY\tUNACKED\tCONSUMERS\tDEAD\tHOLD QUEUES\tHELD")
+	fmt.Fprintln(tw, "QUEUE\tREADY\tUNACKED\tCONSUMERS\tDEAD\tHOLD QUEUES\tHELD\tQUORUM QUEUES")
 	listed = true
+	quorum := 0
 	for _, s := range st {
-		unacked, holds, held := "-", "-", "-"
+		unacked, holds, held, q := "-", "-", "-", "-"
 		if s.Listed {
 			n := 0
 			for _, h := range s.Holds {
 				n += h.Messages
 			}
-			unacked, holds, held = fmt.Sprint(s.Unacked), fmt.Sprint(len(s.Holds)), fmt.Sprint(n)
+			unacked, holds, held, q = fmt.Sprint(s.Unacked), fmt.Sprint(len(s.Holds)), fmt.Sprint(n), fmt.Sprint(s.QuorumQueues)
+			quorum += s.QuorumQueues
 		}
 		listed = listed && s.Listed
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\t%s\n", s.Queue, s.Ready, unacked, s.Consumers, s.Dead, holds, held)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", s.Queue, s.Ready, unacked, s.Consumers, s.Dead, holds, held, q)
 	}
-	return listed, tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return listed, err
+	}
+	if listed && quorum > 0 {
+		// What a cluster pays: a Raft group per quorum queue, a member of
+		// it on every node (docs/hold-ladder.md).
+		fmt.Fprintf(a.stdout, "\n%s for these work queues (each a Raft group with a member on every node of a cluster)\n",
+			plural(quorum, "1 quorum queue", "%d quorum queues"))
+	}
+	return listed, nil
 }
 
 // queues lists every work queue of the virtual host.

@@ -76,9 +76,11 @@ func TestQueuesListsTheWorkQueues(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	table, _, _ := strings.Cut(stdout, "\n\n")
-	want := "QUEUE  READY  UNACKED  CONSUMERS  DEAD  HOLD QUEUES  HELD\n" +
-		"jobs   2      0        0          6     23           1\n" +
-		"mail   0      0        0          0     1            1"
+	// jobs: the ladder's 22 rungs and relay queue, and its dead-letter
+	// queue; mail, with classic holds, none.
+	want := "QUEUE  READY  UNACKED  CONSUMERS  DEAD  HOLD QUEUES  HELD  QUORUM QUEUES\n" +
+		"jobs   2      0        0          6     23           1     24\n" +
+		"mail   0      0        0          0     1            1     0"
 	if table != want {
 		t.Fatalf("queues:\n%s\nwant\n%s", stdout, want)
 	}
