@@ -31,7 +31,9 @@ var latencyQueue string
 // backoff of exactly 1 s (one rung) or 7 s (4 + 2 + 1: two relays), 2
 // workers at prefetch 50. The latency is from the handler's failure to its
 // retry's start, less the backoff; it prints p50 and p99 per arm in a
-// RESULT line. It is a measurement, opt in with QUEUEY_RETRY_LATENCY=1.
+// RESULT line. It is a measurement, opt in with QUEUEY_RETRY_LATENCY=1;
+// QUEUEY_RETRY_LATENCY_BACKOFFS replaces the backoffs (say "1s,30s": 30 s
+// is 16 + 8 + 4 + 2 s, three relays).
 func TestLiveRetryLatency(t *testing.T) {
 	if os.Getenv("QUEUEY_RETRY_LATENCY") == "" {
 		t.Skip("QUEUEY_RETRY_LATENCY not set: skipping the retry latency measurement (docs/performance.md)")
@@ -43,9 +45,20 @@ func TestLiveRetryLatency(t *testing.T) {
 	if url == "" {
 		t.Skip("AMQP_URL not set")
 	}
+	backoffs := []time.Duration{time.Second, 7 * time.Second}
+	if s := os.Getenv("QUEUEY_RETRY_LATENCY_BACKOFFS"); s != "" {
+		backoffs = nil
+		for _, f := range strings.Split(s, ",") {
+			d, err := time.ParseDuration(f)
+			if err != nil || d <= 0 {
+				t.Fatalf("QUEUEY_RETRY_LATENCY_BACKOFFS: %q is not a positive duration", f)
+			}
+			backoffs = append(backoffs, d)
+		}
+	}
 	for round := range 2 { // the arms alternate, so drift falls on both
 		for _, holds := range []string{"classic", "ladder"} {
-			for _, backoff := range []time.Duration{time.Second, 7 * time.Second} {
+			for _, backoff := range backoffs {
 				p50, p99 := retryLatency(t, url, holds == "classic", backoff)
 				t.Logf("RESULT round %d, holds=%s, backoff %s: added latency p50 %s, p99 %s",
 					round+1, holds, backoff, p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond))

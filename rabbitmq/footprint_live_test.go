@@ -1,0 +1,170 @@
+package rabbitmq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queuey/queuey/queuey"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// TestLiveClusterLadderFootprint measures what the default topology's
+// queues cost a three-node cluster (docs/performance.md, "The ladder on
+// three nodes"): it declares quorum work queues with the defaults in steps
+// (QUEUEY_FOOTPRINT, cumulative totals such as "1,10,100"), and after each
+// step reports the quorum queues on the cluster, each node's memory as
+// rabbitmqctl status gives it, and a kill -9 of node 3 followed by its
+// start: the time its start took, and the time until every quorum queue
+// had all three members online again. It deletes its queues at the end.
+// It needs AMQP_CLUSTER_URLS and QUEUEY_RABBITMQ_SCRIPT, as the cluster
+// check does, and QUEUEY_FOOTPRINT; it takes minutes, so CI does not run
+// it.
+func TestLiveClusterLadderFootprint(t *testing.T) {
+	urls := strings.Split(os.Getenv("AMQP_CLUSTER_URLS"), ",")
+	steps := os.Getenv("QUEUEY_FOOTPRINT")
+	if urls[0] == "" || os.Getenv("QUEUEY_RABBITMQ_SCRIPT") == "" || steps == "" {
+		t.Skip("AMQP_CLUSTER_URLS, QUEUEY_RABBITMQ_SCRIPT or QUEUEY_FOOTPRINT not set: skipping the footprint measurement")
+	}
+	conn, err := amqp.Dial(urls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b, err := New(Channels(conn.Channel), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	prefix := "queuey-footprint-" + hex.EncodeToString(rnd[:]) + "-"
+	var names []string
+	defer func() {
+		// Every queue of ours, ladder and all, whatever step failed.
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Logf("cleanup: %v", err)
+			return
+		}
+		defer ch.Close()
+		top := b.Topology()
+		for _, q := range names {
+			for _, name := range append([]string{q, top.DeadQueue(q)}, top.LadderQueues(q)...) {
+				if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+					t.Logf("cleanup: deleting %s: %v", name, err)
+					return
+				}
+			}
+		}
+	}()
+	report := func(label string) {
+		mem := make([]string, 3)
+		for n := range 3 {
+			mem[n] = clusterMemory(t, n+1)
+		}
+		t.Logf("RESULT %s: %d quorum queues on the cluster; memory per node (erlang total / rss): %s", label, quorumOnline(t, 0), strings.Join(mem, ", "))
+	}
+	time.Sleep(10 * time.Second)
+	report("0 work queues")
+	for _, s := range strings.Split(steps, ",") {
+		total, err := strconv.Atoi(s)
+		if err != nil || total <= len(names) {
+			t.Fatalf("QUEUEY_FOOTPRINT: %q is not a growing list of totals", steps)
+		}
+		start := time.Now()
+		for len(names) < total {
+			q := fmt.Sprintf("%s%03d", prefix, len(names))
+			names = append(names, q)
+			if err := b.Declare(context.Background(), queuey.QueueConfig{Name: q, Type: queuey.Quorum}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		declared := time.Since(start)
+		time.Sleep(15 * time.Second) // the new members settle
+		report(fmt.Sprintf("%d work queues (declared in %s)", total, declared.Round(time.Millisecond)))
+
+		// A kill -9 of node 3, which the client is not on, and its start.
+		if err := command("QUEUEY_RABBITMQ_SCRIPT", "cluster", "kill", "3"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		start = time.Now()
+		if err := command("QUEUEY_RABBITMQ_SCRIPT", "cluster", "start-node", "3"); err != nil {
+			t.Fatal(err)
+		}
+		booted := time.Since(start)
+		want := quorumOnline(t, 0)
+		deadline := time.Now().Add(10 * time.Minute)
+		for quorumOnline(t, 3) < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 10 minutes, %d of %d quorum queues have three members online", quorumOnline(t, 3), want)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		t.Logf("RESULT %d work queues: node 3 killed and started: booted in %s, every quorum queue's three members online after %s",
+			total, booted.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// clusterCtl runs rabbitmqctl against cluster node n through the script
+// and returns its output.
+func clusterCtl(t *testing.T, n int, args ...string) []byte {
+	t.Helper()
+	argv := append(strings.Fields(os.Getenv("QUEUEY_RABBITMQ_SCRIPT")), append([]string{"cluster", "ctl", strconv.Itoa(n)}, args...)...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AMQP_URL=") && !strings.HasPrefix(kv, "AMQP_URL_43=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	return out
+}
+
+// clusterMemory is node n's memory, as rabbitmqctl status reports it: the
+// Erlang VM's total and the operating system's resident set.
+func clusterMemory(t *testing.T, n int) string {
+	var st struct {
+		Memory struct {
+			Total struct {
+				Erlang int64 `json:"erlang"`
+				RSS    int64 `json:"rss"`
+			} `json:"total"`
+		} `json:"memory"`
+	}
+	if err := json.Unmarshal(clusterCtl(t, n, "status", "--formatter", "json"), &st); err != nil {
+		t.Fatalf("status of node %d: %v", n, err)
+	}
+	return fmt.Sprintf("node %d %d/%d MB", n, st.Memory.Total.Erlang>>20, st.Memory.Total.RSS>>20)
+}
+
+// quorumOnline counts the cluster's quorum queues with at least online
+// members online, as node 1 lists them.
+func quorumOnline(t *testing.T, online int) int {
+	var qs []struct {
+		Type   string   `json:"type"`
+		Online []string `json:"online"`
+	}
+	if err := json.Unmarshal(clusterCtl(t, 1, "list_queues", "type", "online", "--formatter", "json"), &qs); err != nil {
+		t.Fatalf("list_queues: %v", err)
+	}
+	n := 0
+	for _, q := range qs {
+		if q.Type == "quorum" && len(q.Online) >= online {
+			n++
+		}
+	}
+	return n
+}
