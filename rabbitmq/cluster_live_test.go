@@ -32,7 +32,13 @@ package rabbitmq
 // cluster urls` prints them) and QUEUEY_RABBITMQ_SCRIPT is the script;
 // without both the test skips. QUEUEY_CLUSTER_JOBS (default 2000),
 // QUEUEY_CLUSTER_DOWN (default 75s, at least 65s) and QUEUEY_CLUSTER_SEED
-// (default 1) size a longer soak.
+// (default 1) size a longer soak. For the node-loss runs of
+// docs/hold-ladder.md: QUEUEY_CLUSTER_RUNS repeats the ladder's run (seeds
+// SEED, SEED+1, …) and leaves classic holds out; QUEUEY_CLUSTER_KILL=rungs
+// kills the node that leads most of the work queue's rungs instead of
+// node 1, the workers' (QUEUEY_CLUSTER_KILL=workers, the default); and
+// QUEUEY_CLUSTER_TOPOLOGY=default runs the default topology (1 s
+// granularity) instead of 100 ms.
 
 import (
 	"context"
@@ -84,10 +90,37 @@ func TestLiveClusterNodeLoss(t *testing.T) {
 	if cfg.down < 65*time.Second {
 		t.Fatalf("QUEUEY_CLUSTER_DOWN=%s: the outage must outlast RabbitMQ 4.3's consumer_disconnected_timeout of 60 s, with margin: at least 65s", cfg.down)
 	}
-	rng := mrand.New(mrand.NewPCG(cfg.seed, 0x636c7573746572))
-	// The kill comes between a fifth and two fifths of the way in.
-	cfg.killAt = max(1, cfg.jobs/5+rng.IntN(cfg.jobs/5+1))
-	t.Logf("schedule (seed %d): kill node 1 after job %d of %d, start it again %s later", cfg.seed, cfg.killAt, cfg.jobs, cfg.down)
+	cfg.victim = os.Getenv("QUEUEY_CLUSTER_KILL")
+	switch cfg.victim {
+	case "":
+		cfg.victim = "workers"
+	case "workers", "rungs":
+	default:
+		t.Fatalf("QUEUEY_CLUSTER_KILL=%q: want workers or rungs", cfg.victim)
+	}
+	cfg.defaults = os.Getenv("QUEUEY_CLUSTER_TOPOLOGY") == "default"
+	runs := 0
+	if os.Getenv("QUEUEY_CLUSTER_RUNS") != "" {
+		runs = clusterEnv(t, "QUEUEY_CLUSTER_RUNS", 1, strconv.Atoi)
+	}
+	schedule := func(c clusterCheck, seed uint64) clusterCheck {
+		rng := mrand.New(mrand.NewPCG(seed, 0x636c7573746572))
+		// The kill comes between a fifth and two fifths of the way in.
+		c.seed, c.killAt = seed, max(1, c.jobs/5+rng.IntN(c.jobs/5+1))
+		t.Logf("schedule (seed %d): kill the %s' node after job %d of %d, start it again %s later", seed, c.victim, c.killAt, c.jobs, c.down)
+		return c
+	}
+	if runs > 0 {
+		for i := range runs {
+			t.Run(fmt.Sprintf("holds=ladder/run=%d", i+1), func(t *testing.T) {
+				c := schedule(cfg, cfg.seed+uint64(i))
+				c.holds = "ladder"
+				c.run(t)
+			})
+		}
+		return
+	}
+	cfg = schedule(cfg, cfg.seed)
 	for _, holds := range []string{"classic", "ladder"} {
 		t.Run("holds="+holds, func(t *testing.T) {
 			c := cfg
@@ -105,10 +138,49 @@ type clusterCheck struct {
 	down   time.Duration
 	seed   uint64
 	holds  string // "classic" or "ladder" (the default)
+	// victim is whose node is killed: "workers" (node 1, which every
+	// process tries first) or "rungs" (the node leading most rungs).
+	victim   string
+	defaults bool // the default topology, not 100 ms granularity
 }
 
 func (c clusterCheck) topology() Topology {
+	if c.defaults {
+		return Topology{ClassicHolds: c.holds == "classic"}
+	}
 	return Topology{RetryGranularity: 100 * time.Millisecond, DeferredGranularity: 100 * time.Millisecond, ClassicHolds: c.holds == "classic"}
+}
+
+// rungLeader is the node (1 to 3) that leads most of queue's rungs, as
+// each node lists the queues it leads (footprint_live_test.go's
+// quorumOnline says why each lists its own).
+func (c clusterCheck) rungLeader(t *testing.T, queue string) int {
+	prefix := c.topology().LadderQueue(queue, 1)
+	prefix = prefix[:len(prefix)-1] // q.deferred.ladder.
+	best, bestN := 1, -1
+	for n := 1; n <= 3; n++ {
+		out, err := clusterCtlErr(n, "list_queues", "name", "--local", "--formatter", "json")
+		if err != nil {
+			t.Fatalf("listing node %d's queues: %v", n, err)
+		}
+		var qs []struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal(out, &qs); err != nil {
+			t.Fatalf("listing node %d's queues: %v", n, err)
+		}
+		led := 0
+		for _, q := range qs {
+			if strings.HasPrefix(q.Name, prefix) {
+				led++
+			}
+		}
+		t.Logf("node %d leads %d of %s's rungs", n, led, queue)
+		if led > bestN {
+			best, bestN = n, led
+		}
+	}
+	return best
 }
 
 func (c clusterCheck) run(t *testing.T) {
@@ -124,6 +196,10 @@ func (c clusterCheck) run(t *testing.T) {
 
 	fleet := startFaultFleet(t, c.urls, opts, queues)
 	producer, tally := fleet.producer, fleet.tally
+	victim := "1"
+	if c.victim == "rungs" {
+		victim = strconv.Itoa(c.rungLeader(t, faultQueue))
+	}
 
 	// The nemesis runs beside the producer. Just before it starts node 1
 	// again, it takes stock: which jobs confirmed 2 s or more before then
@@ -148,7 +224,7 @@ func (c clusterCheck) run(t *testing.T) {
 	nemesisDone := make(chan error, 1)
 	nemesis := func() {
 		killedAt = time.Now()
-		if err := command("QUEUEY_RABBITMQ_SCRIPT", "cluster", "kill", "1"); err != nil {
+		if err := command("QUEUEY_RABBITMQ_SCRIPT", "cluster", "kill", victim); err != nil {
 			nemesisDone <- err
 			return
 		}
@@ -162,7 +238,7 @@ func (c clusterCheck) run(t *testing.T) {
 		confirmedMu.Unlock()
 		stuck = unfinished(settled)
 		stuckHeld = c.countHeld(tally, stuck)
-		err := command("QUEUEY_RABBITMQ_SCRIPT", "cluster", "start-node", "1")
+		err := command("QUEUEY_RABBITMQ_SCRIPT", "cluster", "start-node", victim)
 		startedAt = time.Now()
 		nemesisDone <- err
 	}
@@ -210,8 +286,8 @@ func (c clusterCheck) run(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the nemesis: %v", err)
 	}
-	t.Logf("node 1 down from %s to %s into the run; of the %d jobs confirmed 2 s or more before it was started again, %d had not ended (%d of them last failed or deferred, so waited in a hold queue)",
-		killedAt.Sub(start).Round(time.Millisecond), startedAt.Sub(start).Round(time.Millisecond), len(settled), len(stuck), stuckHeld)
+	t.Logf("node %s down from %s to %s into the run; of the %d jobs confirmed 2 s or more before it was started again, %d had not ended (%d of them last failed or deferred, so waited in a hold queue)",
+		victim, killedAt.Sub(start).Round(time.Millisecond), startedAt.Sub(start).Round(time.Millisecond), len(settled), len(stuck), stuckHeld)
 
 	// After it is back: wait until every confirmed job has ended or
 	// nothing has run for 15 s.
@@ -246,13 +322,16 @@ func (c clusterCheck) run(t *testing.T) {
 	}
 	runs := tally.runs
 	tally.mu.Unlock()
+	tally.mu.Lock()
+	lastRun := tally.lastRun
+	tally.mu.Unlock()
 	reconnected := fleet.reconnections()
 	recovery := "never"
 	if len(reconnected) > 0 {
 		recovery = slices.MinFunc(reconnected, func(a, b time.Time) int { return a.Compare(b) }).Sub(killedAt).Round(time.Millisecond).String() + " after the kill"
 	}
-	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued, %d not sent; node 1 down %s: %d of the %d jobs confirmed 2 s before its restart unfinished then, %d lost for good, %d dead-lettered %v, %d duplicates, %d handler runs; the first worker reconnected %s; enqueueing took %s",
-		t.Name(), c.jobs, len(confirmed), len(maybe), notSent, startedAt.Sub(killedAt).Round(time.Millisecond), len(stuck), len(settled), lost, len(dead), reasons, duplicates, runs, recovery, enqueued.Round(time.Millisecond))
+	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued, %d not sent; node %s down %s: %d of the %d jobs confirmed 2 s before its restart unfinished then, %d lost for good, %d dead-lettered %v, %d duplicates, %d handler runs; the first worker reconnected %s; the last job ran %s after the kill (%s after the restart); enqueueing took %s",
+		t.Name(), c.jobs, len(confirmed), len(maybe), notSent, victim, startedAt.Sub(killedAt).Round(time.Millisecond), len(stuck), len(settled), lost, len(dead), reasons, duplicates, runs, recovery, lastRun.Sub(killedAt).Round(time.Millisecond), lastRun.Sub(startedAt).Round(time.Millisecond), enqueued.Round(time.Millisecond))
 	if lost > 0 {
 		t.Logf("lost: %s", strings.Join(lostJobs, "; "))
 	}
@@ -261,7 +340,7 @@ func (c clusterCheck) run(t *testing.T) {
 			t.Errorf("ladder: %d lost and %d dead-lettered; want none", lost, len(dead))
 		}
 		if len(stuck) != 0 {
-			t.Errorf("ladder: %d jobs confirmed 2 s before node 1 was started again had not ended: %v", len(stuck), stuck)
+			t.Errorf("ladder: %d jobs confirmed 2 s before node %s was started again had not ended: %v", len(stuck), victim, stuck)
 		}
 		if notSent != 0 {
 			t.Errorf("ladder: %d enqueues found no connection within a minute", notSent)
