@@ -151,6 +151,23 @@ func (c clusterCheck) topology() Topology {
 	return Topology{RetryGranularity: 100 * time.Millisecond, DeferredGranularity: 100 * time.Millisecond, ClassicHolds: c.holds == "classic"}
 }
 
+// declareThrough declares queues on a connection to url.
+func (c clusterCheck) declareThrough(t *testing.T, url string, opts Options, queues []queuey.QueueConfig) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b, err := New(Channels(conn.Channel), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Declare(t.Context(), queues...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // rungLeader is the node (1 to 3) that leads most of queue's rungs, as
 // each node lists the queues it leads (footprint_live_test.go's
 // quorumOnline says why each lists its own).
@@ -194,6 +211,12 @@ func (c clusterCheck) run(t *testing.T) {
 	}}
 	t.Cleanup(func() { c.deleteQueues(t) })
 
+	if c.victim == "rungs" {
+		// Queues declared through node 3 are led from there (4.3's
+		// leaders are local to the declaring client): the rungs' node is
+		// then not the workers', which connect to node 1.
+		c.declareThrough(t, c.urls[2], opts, queues)
+	}
 	fleet := startFaultFleet(t, c.urls, opts, queues)
 	producer, tally := fleet.producer, fleet.tally
 	victim := "1"
