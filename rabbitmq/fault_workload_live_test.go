@@ -49,6 +49,16 @@ var faultBackoff = Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second
 // environment, which would make scripts/rabbitmq leave the broker alone.
 // It may run on any goroutine.
 func command(env string, args ...string) error {
+	cmd := envCommand(env, args...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+	return nil
+}
+
+// envCommand is the command that env names, with args, without AMQP_URL
+// or AMQP_URL_43 in its environment (command says why).
+func envCommand(env string, args ...string) *exec.Cmd {
 	argv := append(strings.Fields(os.Getenv(env)), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	for _, kv := range os.Environ() {
@@ -56,10 +66,7 @@ func command(env string, args ...string) error {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, out)
-	}
-	return nil
+	return cmd
 }
 
 func TestLiveFaultCloseAllConnectionsUnderLoad(t *testing.T) {

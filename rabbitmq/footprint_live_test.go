@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -130,16 +129,10 @@ func clusterCtl(t *testing.T, n int, args ...string) []byte {
 }
 
 func clusterCtlErr(n int, args ...string) ([]byte, error) {
-	argv := append(strings.Fields(os.Getenv("QUEUEY_RABBITMQ_SCRIPT")), append([]string{"cluster", "ctl", strconv.Itoa(n)}, args...)...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "AMQP_URL=") && !strings.HasPrefix(kv, "AMQP_URL_43=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	cmd := envCommand("QUEUEY_RABBITMQ_SCRIPT", append([]string{"cluster", "ctl", strconv.Itoa(n)}, args...)...)
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+		return nil, fmt.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
 	}
 	return out, nil
 }
