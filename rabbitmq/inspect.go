@@ -197,8 +197,10 @@ func (in *Inspector) Stats(ctx context.Context, queues ...string) ([]QueueStats,
 				if h, ok := in.holdOf(q, l); ok {
 					st.Holds = append(st.Holds, h)
 				}
+				if in.bringsQuorum(q, l) {
+					st.QuorumQueues++
+				}
 			}
-			st.QuorumQueues = in.quorumOf(q, listing)
 			sortHolds(st.Holds)
 		}
 		stats = append(stats, st)
@@ -242,8 +244,10 @@ func (in *Inspector) WorkQueues(ctx context.Context) ([]QueueStats, error) {
 			if hs, ok := in.holdOf(l.Name, h); ok {
 				st.Holds = append(st.Holds, hs)
 			}
+			if in.bringsQuorum(l.Name, h) {
+				st.QuorumQueues++
+			}
 		}
-		st.QuorumQueues = in.quorumOf(l.Name, listing)
 		sortHolds(st.Holds)
 		out = append(out, st)
 	}
@@ -251,21 +255,17 @@ func (in *Inspector) WorkQueues(ctx context.Context) ([]QueueStats, error) {
 	return out, nil
 }
 
-// quorumOf counts the quorum queues of listing that are queue or one of
-// its auxiliaries (auxiliaryOf).
-func (in *Inspector) quorumOf(queue string, listing []QueueListing) int {
-	n := 0
-	for _, l := range listing {
-		if l.Type != "quorum" {
-			continue
-		}
-		if l.Name == queue {
-			n++
-		} else if parent, _, ok := in.auxiliaryOf(l.Name); ok && parent == queue {
-			n++
-		}
+// bringsQuorum reports whether l is a quorum queue that is queue itself or
+// one of its auxiliaries (auxiliaryOf).
+func (in *Inspector) bringsQuorum(queue string, l QueueListing) bool {
+	if l.Type != "quorum" {
+		return false
 	}
-	return n
+	if l.Name == queue {
+		return true
+	}
+	parent, _, ok := in.auxiliaryOf(l.Name)
+	return ok && parent == queue
 }
 
 // sortHolds sorts hold queues by TTL, then type.

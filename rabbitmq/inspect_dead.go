@@ -283,9 +283,10 @@ const returnWait = 5 * time.Second
 
 // awaitReturns waits, up to returnWait, until dead holds at least n ready
 // messages: those a scan has just returned, on top of those that were
-// ready besides them (counting the returned alone, a wait ended while the
-// last of them was still on its way back: seen on 4.0.5, a redrive's
-// skipped dead letter missed by the count right after it). On RabbitMQ a return is
+// ready besides them (counting the returned alone, other ready messages
+// can end the wait while the last of them is still on its way back; the
+// likely part of a live 4.0.5 failure, where a skipped dead letter was
+// missing from the count right after a redrive). On RabbitMQ a return is
 // asynchronous (the channel hands it to the queue's process, and a
 // channel.close-ok does not wait for it), so without this wait a redrive
 // started right after a listing found only part of the dead letters the
@@ -433,8 +434,8 @@ func (in *Inspector) Redrive(ctx context.Context, queue string, opts RedriveOpti
 		}
 		// MaybeMoved stays 1 until the broker answers on this channel
 		// again: an acknowledgement written just before the connection
-		// is lost may never reach it (seen on 4.0.5, a cut connection's
-		// last acknowledgement returned to the dead-letter queue).
+		// is lost may never reach it (the likely cause of a live 4.0.5
+		// failure: a cut connection's last removed job moved twice).
 		rep.Moved++
 		return true, nil
 	}
