@@ -139,3 +139,29 @@ func (b *Broker) Restart() {
 	defer b.unlock()
 	b.restart(false)
 }
+
+// ReadyHeaders returns the headers of queue's ready messages as a consumer
+// would receive them, in no set order, or nil if queue does not exist. It
+// changes nothing: not the messages' order, delivery counts or redelivered
+// flags (unlike a basic.get and requeue, or the management UI's Get
+// messages). A test reads, say, which work queue each job waiting on the
+// shared hold ladder returns to.
+func (b *Broker) ReadyHeaders(queue string) []amqp.Table {
+	b.lock()
+	defer b.unlock()
+	q, ok := b.queues[queue]
+	if !ok {
+		return nil
+	}
+	out := make([]amqp.Table, 0, q.ready)
+	add := func(f *fifo) {
+		for _, m := range f.items[f.head:] {
+			out = append(out, b.headersOf(q, m))
+		}
+	}
+	add(&q.returns)
+	for i := range q.levels {
+		add(&q.levels[i])
+	}
+	return out
+}

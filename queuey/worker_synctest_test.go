@@ -162,7 +162,7 @@ func TestRunRequeueDelayBoundsRetriesOfAFailingSettlement(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The retry's rung is gone: the broker returns the retry.
-		if _, err := admin.QueueDelete("jobs.deferred.ladder.1000", false, false, false); err != nil {
+		if _, err := admin.QueueDelete("queuey.ladder.1000", false, false, false); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(t.Context())

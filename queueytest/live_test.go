@@ -143,7 +143,7 @@ func newLiveRig(t *testing.T, cfg queuey.QueueConfig, holdTTLs ...int64) *liveRi
 			t.Errorf("cleanup: %v", err)
 			return
 		}
-		names := append([]string{q, liveTopology.DeadQueue(q)}, liveTopology.LadderQueues(q)...)
+		names := []string{q, liveTopology.DeadQueue(q), liveTopology.WarmQueue(q)} // the shared ladder stays
 		for _, ttl := range holdTTLs {
 			names = append(names, liveTopology.HoldQueue(q, ttl))
 		}

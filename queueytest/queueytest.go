@@ -290,19 +290,14 @@ func (h *Harness) advanceMock(d time.Duration) {
 	}
 }
 
-// awaitRelays waits, up to 5 s of real time, until every relay queue of the
-// harness's queues is empty and nothing taken from one is unsettled: the
-// worker has moved every job a rung released on.
+// awaitRelays waits, up to 5 s of real time, until the ladder's relay
+// queue is empty and nothing taken from it is unsettled: the workers have
+// moved every job a rung released on.
 func (h *Harness) awaitRelays() {
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		busy := false
-		for _, q := range h.queues {
-			if r, ok := h.Broker.Queue(h.topology.RelayQueue(q)); ok && r.Ready+r.Unacked > 0 && len(r.Consumers) > 0 {
-				busy = true
-			}
-		}
-		if !busy {
+		r, ok := h.Broker.Queue(h.topology.RelayQueue())
+		if !ok || r.Ready+r.Unacked == 0 || len(r.Consumers) == 0 {
 			return
 		}
 		time.Sleep(time.Millisecond)
@@ -337,13 +332,23 @@ func (h *Harness) queue(name string) membroker.QueueInfo {
 	return q
 }
 
-// Held counts a queue's jobs waiting in its hold queues.
+// Held counts a queue's jobs waiting in its hold queues: its classic hold
+// queues, or the jobs on the shared hold ladder (its rungs and relay
+// queue) that return to queue.
 func (h *Harness) Held(queue string) int {
 	prefix := queue + h.topology.DeferredSuffix + "."
+	ladder := h.topology.WithDefaults().Ladder + "."
 	n := 0
 	for _, q := range h.Broker.Queues() {
-		if strings.HasPrefix(q.Name, prefix) {
+		switch {
+		case strings.HasPrefix(q.Name, prefix):
 			n += q.Ready
+		case strings.HasPrefix(q.Name, ladder) && q.Name != h.topology.LadderWarmQueue():
+			for _, hd := range h.Broker.ReadyHeaders(q.Name) {
+				if hd[rabbitmq.HeaderQueue] == queue {
+					n++
+				}
+			}
 		}
 	}
 	return n

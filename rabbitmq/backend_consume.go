@@ -76,16 +76,44 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (queu
 	if !b.laddered(queue) {
 		return c, nil
 	}
-	relays, err := b.Consume(ctx, b.top.RelayQueue(queue), relay.Prefetch)
-	if err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("rabbitmq: consume queue %q: its relay queue: %w", queue, err)
+	rc := &relayingConsumer{consumer: c}
+	// The shared relay queue's jobs name their work queue. A ladder of
+	// queue's own, from a release before the shared one, releases into its
+	// own relay queue until its rungs are empty: its jobs name none, and
+	// go back to queue.
+	type relayQueue struct{ name, fallback string }
+	relayQueues := []relayQueue{{b.top.RelayQueue(), ""}}
+	if old := b.top.legacyRelayQueue(queue); b.queueExists(ctx, old) {
+		relayQueues = append(relayQueues, relayQueue{old, queue})
 	}
-	rc := &relayingConsumer{consumer: c, relay: relays.(*consumer)}
+	for _, q := range relayQueues {
+		relays, err := b.Consume(ctx, q.name, relay.Prefetch)
+		if err != nil {
+			_ = rc.closeRelays()
+			_ = c.Close()
+			return nil, fmt.Errorf("rabbitmq: consume queue %q: the relay queue %q: %w", queue, q.name, err)
+		}
+		rc.relays = append(rc.relays, relaySub{relays.(*consumer), q.fallback})
+	}
 	rc.ctx, rc.stop = context.WithCancel(context.Background())
-	rc.wg.Add(1)
-	go rc.run()
+	for _, r := range rc.relays {
+		rc.wg.Add(1)
+		go rc.run(r)
+	}
 	return rc, nil
+}
+
+// queueExists reports whether queue exists, by a passive declaration on
+// a throwaway channel (a missing queue closes it). A channel that does not
+// open counts as no.
+func (b *Backend) queueExists(ctx context.Context, queue string) bool {
+	ch, err := b.openChannel(ctx, "looking for queue "+strconv.Quote(queue))
+	if err != nil {
+		return false
+	}
+	defer func() { _ = ch.Close() }()
+	_, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	return err == nil
 }
 
 // checkConsume checks Consume's arguments.
@@ -125,7 +153,7 @@ func (b *Backend) subscribe(ctx context.Context, queue, tag string, prefetch int
 }
 
 // laddered reports whether queue was declared through this backend with
-// a hold ladder, whose relay queue its consumers relay.
+// the hold ladder, whose relay queue its consumers relay.
 func (b *Backend) laddered(queue string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -136,47 +164,57 @@ func (b *Backend) laddered(queue string) bool {
 // relayGrace bounds how long Close waits for relays in flight.
 const relayGrace = 5 * time.Second
 
-// relayingConsumer is a consumer of a work queue with a hold ladder: it
-// also consumes the queue's relay queue and relays what arrives there
-// (Backend.Relay), each delivery on a goroutine of its own, as many at
-// once as relay.Prefetch lets the broker send.
+// relayingConsumer is a consumer of a work queue with the hold ladder: it
+// also consumes the ladder's relay queue (and the work queue's own relay
+// queue, left by an earlier release, while it exists) and relays what
+// arrives there (Backend.Relay), jobs of every work queue alike, each
+// delivery on a goroutine of its own, as many at once as relay.Prefetch
+// lets the broker send.
 type relayingConsumer struct {
 	*consumer
-	relay *consumer
-	ctx   context.Context // ends at Close: relays in flight give up
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
+	relays []relaySub
+	ctx    context.Context // ends at Close: relays in flight give up
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
 }
 
-// run relays until the relay subscription ends.
-func (c *relayingConsumer) run() {
+// relaySub is a subscription to a relay queue, and the work queue a job
+// from there goes to if it names none (Backend.Relay).
+type relaySub struct {
+	*consumer
+	fallback string
+}
+
+// run relays until the relay subscription r ends.
+func (c *relayingConsumer) run(r relaySub) {
 	defer c.wg.Done()
-	for d := range c.relay.Deliveries() {
+	for d := range r.Deliveries() {
 		d := d.(*consume.Delivery)
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			c.relayOne(d)
+			c.relayOne(d, r.fallback)
 		}()
 	}
 }
 
 // relayOne relays d as the relay's core decides (relay.Run): publish the
 // job on, then acknowledge d once the publish is confirmed, or return it
-// to the relay queue after a pause.
-func (c *relayingConsumer) relayOne(d *consume.Delivery) {
-	relay.Run(relay.Core{}, d.Stale(), relayShell{c, d})
+// to the relay queue after a pause, or drop it if its work queue is gone.
+func (c *relayingConsumer) relayOne(d *consume.Delivery, fallback string) {
+	relay.Run(relay.Core{}, d.Stale(), relayShell{c, d, fallback})
 }
 
 // relayShell is what relaying one delivery does here: on the consumer's
 // goroutine for it, with its backend, on Options.Clock.
 type relayShell struct {
-	c *relayingConsumer
-	d *consume.Delivery
+	c        *relayingConsumer
+	d        *consume.Delivery
+	fallback string
 }
 
 func (r relayShell) Publish() error {
-	return r.c.consumer.b.Relay(r.c.ctx, r.c.consumer.queue, r.d.D)
+	return r.c.consumer.b.Relay(r.c.ctx, r.fallback, r.d.D)
 }
 
 func (r relayShell) Ack() {
@@ -194,9 +232,32 @@ func (r relayShell) Requeue(delay time.Duration, why error) {
 	_ = r.d.Requeue()
 }
 
-// Cancel cancels both subscriptions; relays in flight finish.
+func (r relayShell) Drop(why error) {
+	queue, ok := r.d.D.Headers[HeaderQueue].(string)
+	if !ok {
+		queue = r.fallback
+	}
+	r.c.consumer.b.logger.Warn("rabbitmq: a held job's work queue was deleted while it waited; the job is dropped with it",
+		"job_id", r.d.D.MessageId, "queue", queue, "error", why)
+	r.Ack()
+}
+
+// Cancel cancels every subscription; relays in flight finish.
 func (c *relayingConsumer) Cancel() error {
-	return errors.Join(c.consumer.Cancel(), c.relay.Cancel())
+	err := c.consumer.Cancel()
+	for _, r := range c.relays {
+		err = errors.Join(err, r.Cancel())
+	}
+	return err
+}
+
+// closeRelays closes the relay subscriptions.
+func (c *relayingConsumer) closeRelays() error {
+	var err error
+	for _, r := range c.relays {
+		err = errors.Join(err, r.Close())
+	}
+	return err
 }
 
 // Close cancels the relay subscription, lets the relays in flight finish
@@ -204,7 +265,9 @@ func (c *relayingConsumer) Cancel() error {
 // up leaves its job in the relay queue, or, if its publish was sent, runs
 // it twice), then closes both.
 func (c *relayingConsumer) Close() error {
-	_ = c.relay.Cancel()
+	for _, r := range c.relays {
+		_ = r.Cancel()
+	}
 	err := c.consumer.Close()
 	stop := context.AfterFunc(c.consumer.b.closeCtx, c.stop)
 	defer stop()
@@ -212,7 +275,7 @@ func (c *relayingConsumer) Close() error {
 	defer grace.Stop()
 	c.wg.Wait()
 	c.stop()
-	return errors.Join(err, c.relay.Close())
+	return errors.Join(err, c.closeRelays())
 }
 
 // consumer is one subscription, the goroutine shell around its core

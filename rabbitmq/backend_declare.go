@@ -41,6 +41,11 @@ func (b *Backend) redeclare(conn Conn) error {
 	}
 	b.mu.Unlock()
 	slices.SortFunc(queues, func(x, y queuey.QueueConfig) int { return strings.Compare(x.Name, y.Name) })
+	if len(queues) > 0 && !b.top.ClassicHolds {
+		if _, err := b.declareLadder(conn.Channel); err != nil {
+			return err
+		}
+	}
 	for _, q := range queues {
 		if _, err := b.declareOn(conn.Channel, q); err != nil {
 			return err
@@ -106,10 +111,11 @@ func (b *Backend) forgetDeclared(queue string) {
 // Every config is checked first (QueueConfig.Validate, and
 // Topology.CheckQueueName, so that a name too long for its hold or
 // dead-letter queues never reaches the client library): if any is invalid,
-// nothing is declared. Then each queue is declared on a throwaway channel
-// of its own: the work queue q, durable, with WorkQueueArgs; and its
-// dead-letter queue, durable and without arguments, unless
-// SkipDeadLetterQueues. A queue the broker refuses (an existing queue with
+// nothing is declared. With the hold ladder, its queues, shared by every
+// work queue, are declared first (LadderQueues, the warm marker aside).
+// Then each queue is declared on a throwaway channel of its own: the work
+// queue q, durable, with WorkQueueArgs; and its dead-letter queue,
+// durable, unless SkipDeadLetterQueues. A queue the broker refuses (an existing queue with
 // other arguments: PRECONDITION_FAILED) is logged at WARN and reported in
 // the returned error, which names it and wraps the *amqp.Error; the
 // remaining queues are still declared, and the backend's other operations
@@ -137,6 +143,13 @@ func (b *Backend) Declare(ctx context.Context, queues ...queuey.QueueConfig) err
 			return fmt.Errorf("rabbitmq: queue %q: retry cap: %w", q.Name, err)
 		}
 		configs[i] = q
+	}
+	if len(configs) > 0 && !b.top.ClassicHolds {
+		if _, err := b.declareLadder(func() (Channel, error) {
+			return b.openChannel(ctx, "declaring the hold ladder")
+		}); err != nil {
+			return err
+		}
 	}
 	var errs []error
 	for _, q := range configs {
@@ -191,20 +204,14 @@ func (b *Backend) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// startWarmup sets when queue's ladder, just declared by this process for
-// the first time, is old enough to hold jobs: now, if its warm marker
-// exists (some process saw the ladder HoldWarmup old before), or after
-// HoldWarmup.
+// startWarmup sets when queue and the ladder, just declared by this
+// process for the first time, are old enough to hold jobs: now, if both
+// warm markers exist (some process saw them HoldWarmup old before), or
+// after HoldWarmup.
 func (b *Backend) startWarmup(ctx context.Context, queue string) {
 	ripe, warm := b.clock.Now().Add(max(b.top.HoldWarmup, 0)), false
-	if b.top.HoldWarmup > 0 {
-		if ch, err := b.openChannel(ctx, "looking for the warm marker of queue "+strconv.Quote(queue)); err == nil {
-			// A missing queue closes the channel (404): it is throwaway.
-			if _, err := ch.QueueDeclarePassive(b.top.WarmQueue(queue), true, false, false, false, nil); err == nil {
-				ripe, warm = b.clock.Now(), true
-			}
-			_ = ch.Close()
-		}
+	if b.top.HoldWarmup > 0 && b.queueExists(ctx, b.top.LadderWarmQueue()) && b.queueExists(ctx, b.top.WarmQueue(queue)) {
+		ripe, warm = b.clock.Now(), true
 	}
 	b.mu.Lock()
 	if _, ok := b.ripe[queue]; !ok {
@@ -223,11 +230,11 @@ func (b *Backend) youngQuorum(queue string) bool {
 	return ok && cfg.Type == queuey.Quorum && !b.warm[queue] && !b.top.ClassicHolds
 }
 
-// awaitRipe waits until queue's ladder is HoldWarmup old
+// awaitRipe waits until queue and the ladder are HoldWarmup old
 // (Topology.HoldWarmup), on Options.Clock, or fails at once with a
 // *WarmupError if ctx's deadline comes before that; then, the first time,
-// it declares the ladder's warm marker, so that later processes need not
-// wait.
+// it declares the ladder's warm marker and queue's, so that later
+// processes need not wait.
 func (b *Backend) awaitRipe(ctx context.Context, queue string) error {
 	b.mu.Lock()
 	ripe, warm := b.ripe[queue], b.warm[queue]
@@ -252,16 +259,18 @@ func (b *Backend) awaitRipe(ctx context.Context, queue string) error {
 	if warm || b.top.HoldWarmup <= 0 {
 		return nil
 	}
-	marker := b.top.WarmQueue(queue)
-	ch, err := b.openChannel(ctx, "declaring the warm marker of queue "+strconv.Quote(queue))
-	if err == nil {
-		_, err = ch.QueueDeclare(marker, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
-		_ = ch.Close()
-	}
-	if err != nil {
-		// The hold goes on; the next one tries again.
-		b.logger.Warn("rabbitmq: declaring the hold ladder's warm marker failed", "queue", queue, "hold_queue", marker, "error", err)
-		return nil
+	// The ladder's marker first: the queue's says both were warm.
+	for _, marker := range []string{b.top.LadderWarmQueue(), b.top.WarmQueue(queue)} {
+		ch, err := b.openChannel(ctx, "declaring the warm marker "+strconv.Quote(marker))
+		if err == nil {
+			_, err = ch.QueueDeclare(marker, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+			_ = ch.Close()
+		}
+		if err != nil {
+			// The hold goes on; the next one tries again.
+			b.logger.Warn("rabbitmq: declaring a warm marker failed", "queue", queue, "hold_queue", marker, "error", err)
+			return nil
+		}
 	}
 	b.mu.Lock()
 	b.warm[queue] = true
@@ -301,11 +310,6 @@ func (b *Backend) declareOn(open func() (Channel, error), q queuey.QueueConfig) 
 		}
 	}
 	b.logger.Debug("rabbitmq: declared queue", "queue", q.Name, "type", q.Type.String(), "max_priority", int(*q.MaxPriority))
-	if !b.top.ClassicHolds {
-		if refused, err := b.declareLadder(ch, q.Name); err != nil {
-			return refused, err
-		}
-	}
 	if b.skipDead {
 		return false, nil
 	}
@@ -343,31 +347,38 @@ func (b *Backend) keepQueue(open func() (Channel, error), old Channel, queue str
 	return ch, nil
 }
 
-// declareLadder declares queue's relay queue and ladder rungs on ch, the
-// relay queue first: a rung dead-letters into it.
-func (b *Backend) declareLadder(ch Channel, queue string) (refused bool, err error) {
-	relay := b.top.RelayQueue(queue)
+// declareLadder declares the shared ladder's relay queue and rungs on a
+// throwaway channel open returns, the relay queue first: a rung
+// dead-letters into it. refused reports whether the broker refused a
+// declaration (as opposed to the channel not opening).
+func (b *Backend) declareLadder(open func() (Channel, error)) (refused bool, err error) {
+	ch, err := open()
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = ch.Close() }()
+	relay := b.top.RelayQueue()
 	if _, err := ch.QueueDeclare(relay, true, false, false, false, relayQueueArgs()); err != nil {
-		b.logger.Warn("rabbitmq: relay queue declaration refused", "queue", queue, "hold_queue", relay, "error", err)
-		return true, fmt.Errorf("rabbitmq: declare relay queue %q of queue %q: %w", relay, queue, err)
+		b.logger.Warn("rabbitmq: relay queue declaration refused", "hold_queue", relay, "error", err)
+		return true, fmt.Errorf("rabbitmq: declare the hold ladder's relay queue %q: %w", relay, err)
 	}
 	for _, ttl := range b.top.Rungs() {
-		name := b.top.LadderQueue(queue, ttl)
-		if _, err := ch.QueueDeclare(name, true, false, false, false, ladderQueueArgs(queue, ttl, b.top)); err != nil {
+		name := b.top.LadderQueue(ttl)
+		if _, err := ch.QueueDeclare(name, true, false, false, false, ladderQueueArgs(ttl, b.top)); err != nil {
 			if ae, ok := errors.AsType[*amqp.Error](err); ok && ae.Code == amqp.InternalError {
 				// Seen on RabbitMQ 4.0.5 once its supervisor of
 				// dead-letter workers has stopped: only a restart of the
 				// node brings it back, and with it the rungs' releases.
 				b.logger.Error("rabbitmq: ladder queue declaration failed inside the broker: restart the node (docs/hold-ladder.md, \"Deleting a ladder\")",
-					"queue", queue, "hold_queue", name, "error", err)
-				return true, fmt.Errorf("rabbitmq: declare ladder queue %q of queue %q: %w (the node's dead-letter workers may be stopped: "+
-					"restart it; see \"Deleting a ladder\" in docs/hold-ladder.md)", name, queue, err)
+					"hold_queue", name, "error", err)
+				return true, fmt.Errorf("rabbitmq: declare ladder queue %q: %w (the node's dead-letter workers may be stopped: "+
+					"restart it; see \"Deleting a ladder\" in docs/hold-ladder.md)", name, err)
 			}
-			b.logger.Warn("rabbitmq: ladder queue declaration refused", "queue", queue, "hold_queue", name, "ttl_ms", ttl, "error", err)
-			return true, fmt.Errorf("rabbitmq: declare ladder queue %q of queue %q: %w", name, queue, err)
+			b.logger.Warn("rabbitmq: ladder queue declaration refused", "hold_queue", name, "ttl_ms", ttl, "error", err)
+			return true, fmt.Errorf("rabbitmq: declare ladder queue %q: %w", name, err)
 		}
 	}
-	b.logger.Debug("rabbitmq: declared hold ladder", "queue", queue, "hold_queue", relay)
+	b.logger.Debug("rabbitmq: declared hold ladder", "hold_queue", relay)
 	return false, nil
 }
 

@@ -251,8 +251,8 @@ func (b *Backend) endedErr(err error) error {
 // (queuey.ErrUnknownQueue otherwise) and at most MaxHoldTTL milliseconds
 // (queuey.ErrDelayTooLong otherwise). With the hold ladder (the default) it
 // goes to the first rung of its walk (docs/hold-ladder.md), at priority 0
-// with its own priority and what remains in headers; a consumer of
-// env.Queue relays it on. With ClassicHolds its hold queue is declared on
+// with its work queue, its own priority and what remains in headers; a
+// consumer of any work queue with the ladder relays it on. With ClassicHolds its hold queue is declared on
 // the hold channel immediately before every publish into it, never cached,
 // so an idle hold queue that expired comes back; a refused hold-queue
 // declaration (one that exists with other arguments) is logged at WARN and
@@ -260,8 +260,8 @@ func (b *Backend) endedErr(err error) error {
 //
 // With the ladder, a hold, and a publish into a quorum work queue, first
 // waits out what remains of Topology.HoldWarmup after this process first
-// declared env.Queue, unless the ladder's warm marker existed then; ctx
-// bounds that wait.
+// declared env.Queue, unless its warm markers existed then; ctx bounds
+// that wait.
 //
 // A deferral is published at the queue's top priority (see
 // queuey.QueueConfig.TopPriority), which it comes back to its queue with
@@ -330,7 +330,7 @@ func (b *Backend) Publish(ctx context.Context, env queuey.Envelope, hold time.Du
 			return err
 		}
 		rung, after := b.top.rung(ttl)
-		return b.publish(ctx, b.top.LadderQueue(env.Queue, rung), ladderPublishing(msg, env.Priority, after))
+		return b.publish(ctx, b.top.LadderQueue(rung), ladderPublishing(msg, env.Queue, env.Priority, after))
 	}
 	holdQueue, err := b.declareHold(ctx, env.Queue, ttl)
 	if err != nil {

@@ -261,10 +261,10 @@ func TestDeclareUsesTheConfiguredDeadSuffix(t *testing.T) {
 
 func TestDeclareRefusesOverLongNameBeforeTheBroker(t *testing.T) {
 	r := newBackendRig(t, membroker.RabbitMQ40, Options{})
-	long := strings.Repeat("q", 240) // fits AMQP, but its hold queues would not
+	long := strings.Repeat("q", 250) // fits AMQP, but its hold queues would not
 	err := r.b.Declare(t.Context(), queuey.QueueConfig{Name: "fine"}, queuey.QueueConfig{Name: long})
 	if err == nil || !strings.Contains(err.Error(), `queue "`+long+`": name too long`) {
-		t.Fatalf("Declare of a 240-byte name: %v", err)
+		t.Fatalf("Declare of a 250-byte name: %v", err)
 	}
 	if qs := r.broker.Queues(); len(qs) != 0 {
 		t.Fatalf("something reached the broker: %+v", qs)

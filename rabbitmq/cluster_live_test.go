@@ -168,12 +168,12 @@ func (c clusterCheck) declareThrough(t *testing.T, url string, opts Options, que
 	}
 }
 
-// rungLeader is the node (1 to 3) that leads most of queue's rungs, as
-// each node lists the queues it leads (footprint_live_test.go's
+// rungLeader is the node (1 to 3) that leads most of the ladder's rungs,
+// as each node lists the queues it leads (footprint_live_test.go's
 // quorumOnline says why each lists its own).
-func (c clusterCheck) rungLeader(t *testing.T, queue string) int {
-	prefix := c.topology().LadderQueue(queue, 1)
-	prefix = prefix[:len(prefix)-1] // q.deferred.ladder.
+func (c clusterCheck) rungLeader(t *testing.T) int {
+	prefix := c.topology().LadderQueue(1)
+	prefix = prefix[:len(prefix)-1] // queuey.ladder.
 	best, bestN := 1, -1
 	for n := 1; n <= 3; n++ {
 		out, err := clusterCtlErr(n, "list_queues", "name", "--local", "--formatter", "json")
@@ -192,7 +192,7 @@ func (c clusterCheck) rungLeader(t *testing.T, queue string) int {
 				led++
 			}
 		}
-		t.Logf("node %d leads %d of %s's rungs", n, led, queue)
+		t.Logf("node %d leads %d of the ladder's rungs", n, led)
 		if led > bestN {
 			best, bestN = n, led
 		}
@@ -221,7 +221,7 @@ func (c clusterCheck) run(t *testing.T) {
 	producer, tally := fleet.producer, fleet.tally
 	victim := "1"
 	if c.victim == "rungs" {
-		victim = strconv.Itoa(c.rungLeader(t, faultQueue))
+		victim = strconv.Itoa(c.rungLeader(t))
 	}
 
 	// The nemesis runs beside the producer. Just before it starts node 1
@@ -450,7 +450,7 @@ func (c clusterCheck) deleteQueues(t *testing.T) {
 	for ttl := int64(100); ttl <= 400; ttl += 100 {
 		names = append(names, top.HoldQueue(faultQueue, ttl))
 	}
-	names = append(names, top.LadderQueues(faultQueue)...)
+	names = append(names, top.WarmQueue(faultQueue)) // the shared ladder stays
 	for _, name := range names {
 		ch, err := conn.Channel()
 		if err != nil {

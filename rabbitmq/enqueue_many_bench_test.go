@@ -29,7 +29,7 @@ func BenchmarkLiveEnqueue(b *testing.B) {
 	}
 	q := uniqueName("queuey-bench-enqueue")
 	b.Cleanup(func() {
-		for _, name := range append([]string{q, Topology{}.DeadQueue(q), Topology{}.RelayQueue(q), Topology{}.WarmQueue(q)}, Topology{}.LadderQueues(q)...) {
+		for _, name := range []string{q, Topology{}.DeadQueue(q), Topology{}.WarmQueue(q)} {
 			_, _ = admin.QueueDelete(name, false, false, false)
 		}
 	})

@@ -432,7 +432,7 @@ func faultQueueDepths(t *testing.T, url string, top Topology) string {
 	for ttl := int64(100); ttl <= 400; ttl += 100 {
 		names = append(names, top.HoldQueue(faultQueue, ttl))
 	}
-	names = append(names, top.LadderQueues(faultQueue)...)
+	names = append(names, top.LadderQueues()...)
 	var parts []string
 	for _, name := range names {
 		ch, err := conn.Channel()
@@ -489,7 +489,7 @@ func deleteFaultQueues(t *testing.T, url string, top Topology) {
 	for ttl := int64(100); ttl <= 400; ttl += 100 {
 		names = append(names, top.HoldQueue(faultQueue, ttl))
 	}
-	names = append(names, top.LadderQueues(faultQueue)...)
+	names = append(names, top.WarmQueue(faultQueue)) // the shared ladder stays
 	for _, name := range names {
 		ch, err := conn.Channel()
 		if err != nil {

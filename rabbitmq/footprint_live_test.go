@@ -40,14 +40,15 @@ func TestLiveClusterLadderFootprint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	b, err := New(Channels(conn.Channel), Options{})
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	prefix := "queuey-footprint-" + hex.EncodeToString(rnd[:]) + "-"
+	// A ladder of its own, so that what it counts and deletes is its own.
+	b, err := New(Channels(conn.Channel), Options{Topology: Topology{Ladder: prefix + "ladder"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	prefix := "queuey-footprint-" + hex.EncodeToString(rnd[:]) + "-"
 	var names []string
 	defer func() {
 		// Every queue of ours, ladder and all, whatever step failed.
@@ -59,7 +60,15 @@ func TestLiveClusterLadderFootprint(t *testing.T) {
 		defer ch.Close()
 		top := b.Topology()
 		for _, q := range names {
-			for _, name := range append([]string{q, top.DeadQueue(q)}, top.LadderQueues(q)...) {
+			for _, name := range []string{q, top.DeadQueue(q), top.WarmQueue(q)} {
+				if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+					t.Logf("cleanup: deleting %s: %v", name, err)
+					return
+				}
+			}
+		}
+		if len(names) > 0 {
+			for _, name := range top.LadderQueues() {
 				if _, err := ch.QueueDelete(name, false, false, false); err != nil {
 					t.Logf("cleanup: deleting %s: %v", name, err)
 					return

@@ -71,11 +71,7 @@ func benchHolds(b *testing.B, url string, holds string, par int) {
 		for s := int64(60); s < 70; s++ {
 			_, _ = ch.QueueDelete(top.HoldQueue(q, s*1000), false, false, false)
 		}
-		_, _ = ch.QueueDelete(top.RelayQueue(q), false, false, false)
-		_, _ = ch.QueueDelete(top.WarmQueue(q), false, false, false)
-		for _, ttl := range top.Rungs() {
-			_, _ = ch.QueueDelete(top.LadderQueue(q, ttl), false, false, false)
-		}
+		_, _ = ch.QueueDelete(top.WarmQueue(q), false, false, false) // the shared ladder stays
 		_ = ch.Close()
 	}()
 	ctx := context.Background()

@@ -152,7 +152,7 @@ func deleteLatencyQueues(url string, top Topology, q string) {
 	if err != nil {
 		return
 	}
-	names := append([]string{q, top.DeadQueue(q)}, top.LadderQueues(q)...)
+	names := []string{q, top.DeadQueue(q), top.WarmQueue(q)} // the shared ladder stays
 	for s := int64(1); s <= 7; s++ {
 		names = append(names, top.HoldQueue(q, s*1000))
 	}

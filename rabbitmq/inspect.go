@@ -137,8 +137,11 @@ type QueueStats struct {
 	// Listed says that Unacked and Holds come from the QueueLister. Without
 	// one they are unknown and zero.
 	Listed  bool
-	Unacked int         // messages delivered from the work queue and not yet settled
-	Holds   []HoldStats // its hold queues, by TTL then type
+	Unacked int // messages delivered from the work queue and not yet settled
+	// Holds are its own hold queues, by TTL then type: classic holds, and
+	// a ladder of its own left by an earlier release. Its jobs on the
+	// shared ladder are counted there (Inspector.Ladder).
+	Holds []HoldStats
 	// Enqueued and Acked are the QueueLister's cumulative counts of the
 	// work queue (QueueListing.Published and Acked): jobs published to it
 	// by producers and redrives (not those back from a hold queue, which
@@ -147,10 +150,54 @@ type QueueStats struct {
 	// dashboard turns two readings into rates.
 	Enqueued, Acked int64
 	// QuorumQueues counts the quorum queues the work queue brings, itself
-	// included if it is one: its dead-letter queue, its ladder's rungs,
-	// relay queue and warm marker (Listed only). On a cluster each is a
-	// Raft group with a member on every node: 25 with the defaults.
+	// included if it is one: its dead-letter queue and warm marker, and a
+	// ladder of its own left by an earlier release (Listed only). On a
+	// cluster each is a Raft group with a member on every node: 2 with the
+	// defaults (3 for a quorum work queue). The shared ladder's are counted
+	// once, by Ladder.
 	QuorumQueues int
+}
+
+// LadderStats is the state of the hold ladder the work queues of a
+// virtual host share (Topology.Ladder).
+type LadderStats struct {
+	Name string // Topology.Ladder
+	// Holds are its rungs and relay queue, by TTL (the relay queue first),
+	// with the jobs of every work queue they hold: which work queue a job
+	// returns to is in its headers, which a listing does not read.
+	Holds []HoldStats
+	// QuorumQueues counts its quorum queues: rungs, relay queue and warm
+	// marker. 24 with the default granularities.
+	QuorumQueues int
+}
+
+// Ladder reports the shared hold ladder's queues, from one listing of the
+// QueueLister (an error wrapping ErrNoQueueLister without one). A ladder
+// no process has declared has no Holds.
+func (in *Inspector) Ladder(ctx context.Context) (LadderStats, error) {
+	if in.list == nil {
+		return LadderStats{}, ErrNoQueueLister
+	}
+	listing, err := in.list.ListQueues(ctx)
+	if err != nil {
+		return LadderStats{}, fmt.Errorf("rabbitmq: listing queues: %w", err)
+	}
+	st := LadderStats{Name: in.top.Ladder, Holds: []HoldStats{}}
+	for _, l := range listing {
+		if !in.top.isLadderQueue(l.Name) {
+			continue
+		}
+		if l.Type == "quorum" {
+			st.QuorumQueues++
+		}
+		if l.Name == in.top.RelayQueue() {
+			st.Holds = append(st.Holds, HoldStats{Name: l.Name, Type: "relay", Messages: l.Ready + l.Unacked})
+		} else if ttl, ok := in.top.ladderRungTTL(l.Name); ok {
+			st.Holds = append(st.Holds, HoldStats{Name: l.Name, TTL: time.Duration(ttl) * time.Millisecond, Type: "ladder", Messages: l.Ready + l.Unacked})
+		}
+	}
+	sortHolds(st.Holds)
+	return st, nil
 }
 
 // HoldStats is one hold queue: jobs waiting out a retry backoff or a

@@ -25,7 +25,7 @@ var ErrQueueInUse = errors.New("rabbitmq: queue in use")
 type TopologyQueue struct {
 	Name string
 	// Role is "work" (the work queue), "dead" (its dead-letter queue),
-	// "warm" (the ladder's warm marker), or a hold queue's HoldStats.Type:
+	// "warm" (its warm marker), or a hold queue's HoldStats.Type:
 	// "ladder", "relay", "classic" or "quorum".
 	Role string
 	// Messages counts the queue's messages, ready and unacknowledged: what
@@ -43,9 +43,12 @@ type queueDeleter interface {
 
 // TopologyQueues finds the queues of queue's topology that exist now, in
 // the order DeleteTopology deletes them, with their counts: the warm
-// marker, the work queue, its hold queues (ladder rungs, relay queue,
-// classic hold queues q.deferred.TTL, the per-TTL quorum hold queues of
-// earlier releases), then its dead-letter queue. It needs a QueueLister
+// marker, the work queue, its hold queues (classic hold queues
+// q.deferred.TTL, and from earlier releases a ladder of its own, rungs
+// then relay queue, and per-TTL quorum hold queues), then its
+// dead-letter queue. The shared ladder (Topology.Ladder) is not part of
+// any work queue's topology: jobs of a deleted work queue still waiting
+// there are dropped when their wait is over (ErrWorkQueueGone). It needs a QueueLister
 // (an error wrapping ErrNoQueueLister otherwise) to find the hold queues
 // whose names it cannot know (a classic hold's TTL, the rungs of other
 // granularities); each queue it finds is then declared passively for
@@ -81,11 +84,9 @@ func (in *Inspector) TopologyQueues(ctx context.Context, queue string) ([]Topolo
 		}
 	}
 	// The names it knows, then those only the listing shows.
-	names := []string{in.top.WarmQueue(queue), queue}
-	for _, ttl := range in.top.Rungs() {
-		names = append(names, in.top.LadderQueue(queue, ttl))
-	}
-	names = append(names, in.top.RelayQueue(queue))
+	legacy := in.top.legacyLadderQueues(queue) // its relay queue first
+	names := append([]string{in.top.WarmQueue(queue), queue}, legacy[1:]...)
+	names = append(names, legacy[0])
 	for _, h := range holds {
 		if !slices.Contains(names, h.Name) {
 			names = append(names, h.Name)
@@ -131,7 +132,7 @@ func roleName(role string) string {
 	case "dead":
 		return "the dead-letter queue"
 	case "warm":
-		return "the hold ladder's warm marker"
+		return "the warm marker"
 	case "relay":
 		return "the relay queue"
 	case "ladder":

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -680,15 +681,22 @@ func TestInspectorHoldOf(t *testing.T) {
 			t.Errorf("holdOf(%q) = %+v, %t; want TTL %s, type %q, %t", c.name, h, ok, c.ttl, c.typ, c.ok)
 		}
 	}
+	// A ladder of its own, as earlier releases declared it.
 	var top Topology
-	for _, ttl := range top.Rungs() {
-		h, ok := in.holdOf("jobs", QueueListing{Name: top.LadderQueue("jobs", ttl)})
-		if !ok || h.Type != "ladder" || h.TTL != time.Duration(ttl)*time.Millisecond {
-			t.Errorf("holdOf(%s) = %+v, %t; want a ladder rung of %d ms", top.LadderQueue("jobs", ttl), h, ok, ttl)
+	for _, name := range top.legacyLadderQueues("jobs")[1:] {
+		h, ok := in.holdOf("jobs", QueueListing{Name: name})
+		if ttl, _ := strconv.ParseInt(name[strings.LastIndexByte(name, '.')+1:], 10, 64); !ok || h.Type != "ladder" || h.TTL != time.Duration(ttl)*time.Millisecond {
+			t.Errorf("holdOf(%s) = %+v, %t; want a ladder rung of %d ms", name, h, ok, ttl)
 		}
 	}
-	if h, ok := in.holdOf("jobs", QueueListing{Name: top.RelayQueue("jobs"), Ready: 2}); !ok || h.Type != "relay" || h.Messages != 2 {
+	if h, ok := in.holdOf("jobs", QueueListing{Name: "jobs.deferred.relay", Ready: 2}); !ok || h.Type != "relay" || h.Messages != 2 {
 		t.Errorf("holdOf(relay queue) = %+v, %t", h, ok)
+	}
+	// The shared ladder is no work queue's.
+	for _, name := range top.LadderQueues() {
+		if h, ok := in.holdOf("jobs", QueueListing{Name: name}); ok {
+			t.Errorf("holdOf(%s) = %+v: the shared ladder's queue counted as one of jobs's", name, h)
+		}
 	}
 }
 

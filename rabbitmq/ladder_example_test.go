@@ -35,7 +35,7 @@ func ExampleBackend_Relay() {
 	if err := backend.Publish(ctx, job, 30*time.Second, queuey.HoldDeferred); err != nil {
 		panic(err)
 	}
-	relay := backend.Topology().RelayQueue("emails")
+	relay := backend.Topology().RelayQueue()
 	ch, _ := conn.Channel()
 	start, last := clk.Now(), ""
 	for {
@@ -59,10 +59,10 @@ func ExampleBackend_Relay() {
 	d, _, _ := ch.Get("emails", true)
 	fmt.Println("back at priority", d.Priority)
 	// Output:
-	//  0s emails.deferred.ladder.16000
-	// 16s emails.deferred.ladder.8000
-	// 24s emails.deferred.ladder.4000
-	// 28s emails.deferred.ladder.2000
+	//  0s queuey.ladder.16000
+	// 16s queuey.ladder.8000
+	// 24s queuey.ladder.4000
+	// 28s queuey.ladder.2000
 	// 30s emails
 	// back at priority 10
 }

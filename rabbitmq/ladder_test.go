@@ -60,9 +60,13 @@ func walk(t *testing.T, top Topology, ttl int64) []int64 {
 	t.Helper()
 	first, after := top.rung(ttl)
 	rungs := []int64{first}
-	msg := ladderPublishing(amqp.Publishing{Body: []byte("x"), MessageId: "j"}, 7, after)
+	msg := ladderPublishing(amqp.Publishing{Body: []byte("x"), MessageId: "j"}, "jobs", 7, after)
 	for range 64 {
-		target, next := top.relayNext("jobs", amqp.Delivery{Headers: msg.Headers, Priority: msg.Priority, Body: msg.Body, MessageId: msg.MessageId})
+		// Any worker relays it, whatever its own queue.
+		target, next, final := top.relayNext("other", amqp.Delivery{Headers: msg.Headers, Priority: msg.Priority, Body: msg.Body, MessageId: msg.MessageId})
+		if final != (target == "jobs") {
+			t.Fatalf("relayed to %q, final %t", target, final)
+		}
 		if target == "jobs" {
 			if next.Priority != 7 || next.Headers != nil || string(next.Body) != "x" || next.MessageId != "j" {
 				t.Fatalf("released as %+v", next)
@@ -71,7 +75,7 @@ func walk(t *testing.T, top Topology, ttl int64) []int64 {
 		}
 		var r int64
 		for _, ttl := range top.Rungs() {
-			if top.LadderQueue("jobs", ttl) == target {
+			if top.LadderQueue(ttl) == target {
 				r = ttl
 			}
 		}
@@ -112,11 +116,12 @@ func TestLadderWaitsExactlyTheTTL(t *testing.T) {
 	}
 }
 
-// A message in the relay queue without the ladder's headers (published
-// there by hand) goes to its work queue as it is.
+// A message in a relay queue without the ladder's headers (from a
+// per-queue relay queue of an earlier release, or published there by
+// hand) goes to the fallback work queue as it is.
 func TestRelayOfAForeignMessage(t *testing.T) {
-	target, msg := Topology{}.relayNext("jobs", amqp.Delivery{Priority: 3, Body: []byte("b")})
-	if target != "jobs" || msg.Priority != 3 || string(msg.Body) != "b" || msg.DeliveryMode != amqp.Persistent {
+	target, msg, final := Topology{}.relayNext("jobs", amqp.Delivery{Priority: 3, Body: []byte("b")})
+	if target != "jobs" || !final || msg.Priority != 3 || string(msg.Body) != "b" || msg.DeliveryMode != amqp.Persistent {
 		t.Fatalf("relayed to %q as %+v", target, msg)
 	}
 }
@@ -180,7 +185,7 @@ func TestHoldWaitsForTheLadderToWarmUp(t *testing.T) {
 		if time.Since(at) != 0 {
 			t.Fatal("a later hold waited")
 		}
-		if q, _ := broker.Queue("jobs.deferred.ladder.1000"); q.Ready != 2 {
+		if q, _ := broker.Queue("queuey.ladder.1000"); q.Ready != 2 {
 			t.Fatalf("the 1 s rung has %d, want 2", q.Ready)
 		}
 
@@ -271,7 +276,7 @@ func TestLadderDeferralComesBackAheadOfTheBacklog(t *testing.T) {
 type internalErrorChannel struct{ Channel }
 
 func (c internalErrorChannel) QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error) {
-	if strings.Contains(name, ".deferred.ladder.") {
+	if strings.HasPrefix(name, "queuey.ladder.") {
 		return amqp.Queue{}, &amqp.Error{Code: amqp.InternalError, Reason: "INTERNAL_ERROR", Server: true}
 	}
 	return c.Channel.QueueDeclare(name, durable, autoDelete, exclusive, noWait, args)
@@ -331,7 +336,7 @@ func TestFailedRelayPausesThenGoesOn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rung := b.top.LadderQueue("jobs", 1000)
+		rung := b.top.LadderQueue(1000)
 		if _, err := ch.QueueDelete(rung, false, false, false); err != nil {
 			t.Fatal(err)
 		}
@@ -341,7 +346,7 @@ func TestFailedRelayPausesThenGoesOn(t *testing.T) {
 		}
 		defer c.Close()
 		// A job with 1 s still to wait: its next step is the deleted rung.
-		if err := ch.Publish("", b.top.RelayQueue("jobs"), false, false, ladderPublishing(amqp.Publishing{MessageId: "j1", Body: []byte("{}")}, 0, 1000)); err != nil {
+		if err := ch.Publish("", b.top.RelayQueue(), false, false, ladderPublishing(amqp.Publishing{MessageId: "j1", Body: []byte("{}")}, "jobs", 0, 1000)); err != nil {
 			t.Fatal(err)
 		}
 		failures := func() int { return strings.Count(logs.String(), "relaying a held job failed") }

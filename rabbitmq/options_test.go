@@ -40,7 +40,7 @@ func testJobOptionsSurvive(t *testing.T, typ queuey.QueueType) {
 		target := r.queue()
 		top := r.b.Topology()
 		r.queues = append(r.queues, optionsHome, top.DeadQueue(optionsHome))
-		r.queues = append(r.queues, top.LadderQueues(optionsHome)...)
+		r.queues = append(r.queues, top.WarmQueue(optionsHome))
 		fast := queuey.RetryPolicy{MaxAttempts: 10, Base: 100 * time.Millisecond, Cap: 100 * time.Millisecond, Jitter: queuey.NoJitter}
 		queues := []queuey.QueueConfig{{Name: optionsHome}, {Name: target, Type: typ, Retry: fast}}
 		p, err := queuey.NewProducer(t.Context(), r.b, queues, queuey.ProducerConfig{})

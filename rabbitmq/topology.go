@@ -26,9 +26,17 @@ type Topology struct {
 	// DeadSuffix names a queue's dead-letter queue: q + DeadSuffix.
 	// Defaults to ".dead".
 	DeadSuffix string
-	// DeferredSuffix names a queue's hold queues: q + DeferredSuffix + "." +
-	// TTL in milliseconds. Defaults to ".deferred".
+	// DeferredSuffix names a queue's classic hold queues, q +
+	// DeferredSuffix + "." + TTL in milliseconds, and its warm marker
+	// (WarmQueue). Defaults to ".deferred".
 	DeferredSuffix string
+	// Ladder names the hold ladder the work queues of a virtual host
+	// share: its rungs are Ladder + ".ladder." + TTL in milliseconds, its
+	// relay queue Ladder + ".relay" and its warm marker Ladder + ".warm".
+	// Every process of a virtual host should use the same name; two names
+	// make two ladders, each working on its own. No work queue may be
+	// named like one of its queues. Defaults to "queuey".
+	Ladder string
 	// RetryGranularity is what retry delays are rounded up to. It bounds how
 	// many hold queues a busy, failing queue can have at once: with a
 	// 5-minute backoff cap, 1 s allows up to 300 and 10 s up to 30.
@@ -54,9 +62,10 @@ type Topology struct {
 	// without quorum queues).
 	//
 	// The ladder's price is a relay per rung a hold uses (a few to a few
-	// tens of milliseconds each), and 24 quorum queues per work queue with
-	// the default granularities: 22 rungs, the relay queue and the warm
-	// marker (docs/hold-ladder.md, docs/performance.md). A dead-letter queue is a
+	// tens of milliseconds each), 24 quorum queues for the virtual host
+	// with the default granularities (22 rungs, the relay queue and the
+	// ladder's warm marker), and a warm marker per work queue
+	// (docs/hold-ladder.md, docs/performance.md). A dead-letter queue is a
 	// quorum queue with the ladder and a classic one with classic holds; a
 	// process finding it declared with the other type uses it as it is and
 	// logs a warning.
@@ -88,6 +97,9 @@ func (t Topology) WithDefaults() Topology {
 	if t.DeferredSuffix == "" {
 		t.DeferredSuffix = ".deferred"
 	}
+	if t.Ladder == "" {
+		t.Ladder = "queuey"
+	}
 	if t.RetryGranularity == 0 {
 		t.RetryGranularity = time.Second
 	}
@@ -103,8 +115,9 @@ func (t Topology) WithDefaults() Topology {
 // Validate reports options that cannot work: negative granularities,
 // granularities longer than a hold queue can wait (MaxHoldTTL: every hold
 // would round up past it, so every retry and deferral would be
-// dead-lettered), and suffixes that would put hold or dead-letter queues
-// under "amq." or make them collide with each other.
+// dead-lettered), suffixes that would make hold and dead-letter queues
+// collide, and a Ladder name under "amq.", not valid UTF-8, or too long
+// for its longest rung's name.
 func (t Topology) Validate() error {
 	t = t.WithDefaults()
 	switch {
@@ -118,6 +131,13 @@ func (t Topology) Validate() error {
 		return fmt.Errorf("rabbitmq: DeferredGranularity %s is over the %s a hold queue can wait", t.DeferredGranularity, maxHold)
 	case t.DeadSuffix == t.DeferredSuffix:
 		return fmt.Errorf("rabbitmq: DeadSuffix and DeferredSuffix are both %q", t.DeadSuffix)
+	case strings.HasPrefix(t.Ladder, "amq."):
+		return fmt.Errorf("rabbitmq: Ladder %q: the prefix amq. is reserved by RabbitMQ", t.Ladder)
+	case !utf8.ValidString(t.Ladder):
+		return fmt.Errorf("rabbitmq: Ladder %q is not valid UTF-8", t.Ladder)
+	case len(t.LadderQueue(MaxHoldTTL)) > maxNameLen:
+		return fmt.Errorf("rabbitmq: Ladder %q is too long: its longest rung's name would be %d bytes, over the %d AMQP allows",
+			t.Ladder, len(t.LadderQueue(MaxHoldTTL)), maxNameLen)
 	}
 	return nil
 }
@@ -130,17 +150,42 @@ func (t Topology) HoldQueue(queue string, ttl int64) string {
 	return queue + t.WithDefaults().DeferredSuffix + "." + strconv.FormatInt(ttl, 10)
 }
 
-// LadderQueue is the name of queue's ladder rung for ttl milliseconds:
-// q + DeferredSuffix + ".ladder." + TTL. See docs/hold-ladder.md.
-func (t Topology) LadderQueue(queue string, ttl int64) string {
-	return queue + t.WithDefaults().DeferredSuffix + ".ladder." + strconv.FormatInt(ttl, 10)
+// LadderQueue is the name of the shared ladder's rung for ttl
+// milliseconds: Ladder + ".ladder." + TTL. See docs/hold-ladder.md.
+func (t Topology) LadderQueue(ttl int64) string {
+	return t.WithDefaults().Ladder + ".ladder." + strconv.FormatInt(ttl, 10)
 }
 
-// RelayQueue is the name of the queue queue's ladder rungs release into:
-// q + DeferredSuffix + ".relay". A worker consuming queue takes each job
-// from there to its next rung or, its wait over, to queue (Relay).
-func (t Topology) RelayQueue(queue string) string {
-	return queue + t.WithDefaults().DeferredSuffix + ".relay"
+// RelayQueue is the name of the queue the shared ladder's rungs release
+// into: Ladder + ".relay". Every worker with the ladder consumes it, and
+// takes each job from there to its next rung or, its wait over, to its
+// work queue (Relay).
+func (t Topology) RelayQueue() string {
+	return t.WithDefaults().Ladder + ".relay"
+}
+
+// isLadderQueue reports whether name is, by its name, one of the shared
+// ladder's queues: its relay queue, its warm marker or a rung.
+func (t Topology) isLadderQueue(name string) bool {
+	if name == t.RelayQueue() || name == t.LadderWarmQueue() {
+		return true
+	}
+	_, ok := t.ladderRungTTL(name)
+	return ok
+}
+
+// ladderRungTTL is the TTL of the shared ladder's rung name, in
+// milliseconds, if name is one.
+func (t Topology) ladderRungTTL(name string) (int64, bool) {
+	rest, ok := strings.CutPrefix(name, t.WithDefaults().Ladder+".ladder.")
+	if !ok {
+		return 0, false
+	}
+	ttl, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || ttl <= 0 || strconv.FormatInt(ttl, 10) != rest {
+		return 0, false
+	}
+	return ttl, true
 }
 
 // deadQueueArgs are the declaration arguments of a dead-letter queue: a
@@ -233,20 +278,20 @@ func holdQueueArgs(queue string, ttl int64) amqp.Table {
 	}
 }
 
-// ladderQueueArgs are the declaration arguments of a ladder rung for ttl
-// milliseconds of queue: a replicated queue that releases each job into
-// queue's relay queue after ttl with at-least-once dead-lettering, which
+// ladderQueueArgs are the declaration arguments of the shared ladder's
+// rung for ttl milliseconds: a replicated queue that releases each job
+// into the relay queue after ttl with at-least-once dead-lettering, which
 // RabbitMQ applies only with x-overflow reject-publish
 // (docs/rabbitmq-semantics.md §3.6). It has no x-expires: a quorum
 // queue's lease counts from its last consumer change, never from a
 // publish, so it would delete a rung in use (docs/quorum-holds.md). There
-// are at most 32 rungs a work queue.
-func ladderQueueArgs(queue string, ttl int64, top Topology) amqp.Table {
+// are at most 32 rungs.
+func ladderQueueArgs(ttl int64, top Topology) amqp.Table {
 	return amqp.Table{
 		"x-queue-type":              "quorum",
 		"x-message-ttl":             ttl,
 		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": top.RelayQueue(queue),
+		"x-dead-letter-routing-key": top.RelayQueue(),
 		"x-dead-letter-strategy":    "at-least-once",
 		"x-overflow":                "reject-publish",
 	}
@@ -280,10 +325,10 @@ func WorkQueueArgs(quorum bool, maxPriority uint8, deadQueue string) amqp.Table 
 
 // CheckQueueName refuses a queue name this topology cannot serve, before
 // anything reaches the client library: an empty name, the reserved "amq."
-// prefix, invalid UTF-8, or a name whose longest hold queue
-// (q + DeferredSuffix + ".2147483647", or with the ladder the longest rung,
-// q + DeferredSuffix + ".ladder.2147483647") or dead-letter queue
-// would exceed 255 bytes. amqp091 would send an over-long name's truncation or break the
+// prefix, invalid UTF-8, the name of one of the shared ladder's queues,
+// or a name whose longest hold queue (q + DeferredSuffix + ".2147483647";
+// with the ladder, its warm marker q + DeferredSuffix + ".warm") or
+// dead-letter queue would exceed 255 bytes. amqp091 would send an over-long name's truncation or break the
 // whole connection; this error names the queue instead.
 func (t Topology) CheckQueueName(queue string) error {
 	t = t.WithDefaults()
@@ -294,14 +339,16 @@ func (t Topology) CheckQueueName(queue string) error {
 		return fmt.Errorf("rabbitmq: queue %q: the prefix amq. is reserved by RabbitMQ", queue)
 	case !utf8.ValidString(queue):
 		return fmt.Errorf("rabbitmq: queue %q: name is not valid UTF-8", queue)
+	case !t.ClassicHolds && t.isLadderQueue(queue):
+		return fmt.Errorf("rabbitmq: queue %q: the name is one of the hold ladder's queues (Topology.Ladder %q)", queue, t.Ladder)
 	}
-	hold := t.HoldQueue(queue, MaxHoldTTL)
+	hold, what := t.HoldQueue(queue, MaxHoldTTL), "longest hold queue"
 	if !t.ClassicHolds {
-		hold = t.LadderQueue(queue, MaxHoldTTL)
+		hold, what = t.WarmQueue(queue), "warm marker"
 	}
 	if len(hold) > maxNameLen {
-		return fmt.Errorf("rabbitmq: queue %q: name too long: its longest hold queue name would be %d bytes, over the %d AMQP allows",
-			queue, len(hold), maxNameLen)
+		return fmt.Errorf("rabbitmq: queue %q: name too long: its %s's name would be %d bytes, over the %d AMQP allows",
+			queue, what, len(hold), maxNameLen)
 	}
 	if dead := t.DeadQueue(queue); len(dead) > maxNameLen {
 		return fmt.Errorf("rabbitmq: queue %q: name too long: its dead-letter queue name would be %d bytes, over the %d AMQP allows",

@@ -148,8 +148,10 @@ func TestWorkQueueArgs(t *testing.T) {
 
 func TestCheckQueueName(t *testing.T) {
 	var def Topology
-	// The longest name whose longest hold queue fits: 255 - len(".deferred.ladder.2147483647").
-	longest := strings.Repeat("q", 255-len(".deferred.ladder.2147483647"))
+	// The longest name whose warm marker fits: 255 - len(".deferred.warm").
+	longest := strings.Repeat("q", 255-len(".deferred.warm"))
+	// With classic holds: 255 - len(".deferred.2147483647").
+	longestClassic := strings.Repeat("q", 255-len(".deferred.2147483647"))
 	classic := Topology{ClassicHolds: true}
 	tests := []struct {
 		name  string
@@ -159,10 +161,16 @@ func TestCheckQueueName(t *testing.T) {
 	}{
 		{"ordinary", def, "emails", ""},
 		{"longest that fits", def, longest, ""},
-		{"one byte too long for its hold queues", def, longest + "q", `queue "` + longest + `q": name too long: its longest hold queue name would be 256 bytes`},
+		{"one byte too long for its warm marker", def, longest + "q", `queue "` + longest + `q": name too long: its warm marker's name would be 256 bytes`},
 		{"long dead suffix", Topology{DeadSuffix: strings.Repeat("d", 250)}, "emails", "dead-letter queue name would be 256 bytes"},
-		{"longest that fits with classic holds", classic, longest + "qqqqqqq", ""},
-		{"too long for its classic hold queues", classic, longest + "qqqqqqqq", "its longest hold queue name would be 256 bytes"},
+		{"longest that fits with classic holds", classic, longestClassic, ""},
+		{"too long for its classic hold queues", classic, longestClassic + "q", "its longest hold queue's name would be 256 bytes"},
+		{"the ladder's relay queue", def, "queuey.relay", `one of the hold ladder's queues (Topology.Ladder "queuey")`},
+		{"a rung of the ladder", def, "queuey.ladder.1000", "one of the hold ladder's queues"},
+		{"the ladder's warm marker", def, "queuey.warm", "one of the hold ladder's queues"},
+		{"like a rung, but not one", def, "queuey.ladder.x", ""},
+		{"a rung of another ladder", def, "other.ladder.1000", ""},
+		{"the ladder's name with classic holds", classic, "queuey.relay", ""},
 		{"empty", def, "", "queue name is empty"},
 		{"reserved prefix", def, "amq.jobs", "prefix amq. is reserved"},
 		{"invalid UTF-8", def, "jobs\xff", "not valid UTF-8"},
@@ -193,6 +201,10 @@ func TestTopologyValidate(t *testing.T) {
 		{"retry granularity at the limit", Topology{RetryGranularity: MaxHoldTTL * time.Millisecond}, ""},
 		{"retry granularity over the limit", Topology{RetryGranularity: 30 * 24 * time.Hour}, "RetryGranularity 720h0m0s is over"},
 		{"deferred granularity over the limit", Topology{DeferredGranularity: 30 * 24 * time.Hour}, "DeferredGranularity 720h0m0s is over"},
+		{"ladder under amq.", Topology{Ladder: "amq.ladder"}, "prefix amq. is reserved"},
+		{"ladder not UTF-8", Topology{Ladder: "l\xff"}, "not valid UTF-8"},
+		{"longest ladder", Topology{Ladder: strings.Repeat("l", 255-len(".ladder.2147483647"))}, ""},
+		{"ladder too long", Topology{Ladder: strings.Repeat("l", 256-len(".ladder.2147483647"))}, "its longest rung's name would be 256 bytes"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

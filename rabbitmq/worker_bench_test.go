@@ -129,7 +129,7 @@ func benchConsume(b *testing.B, dial consumeDial) {
 }
 
 // consumeSetup declares a fresh queue (deleted at the end, with its
-// dead-letter queue and hold ladder) and fills it with b.N envelopes. It
+// dead-letter queue and warm marker) and fills it with b.N envelopes. It
 // returns the queue definition and an admin channel.
 func consumeSetup(b *testing.B, dial consumeDial, prefetch int) ([]queuey.QueueConfig, consumeAdmin) {
 	channels, admin := dial(b)
@@ -138,9 +138,7 @@ func consumeSetup(b *testing.B, dial consumeDial, prefetch int) ([]queuey.QueueC
 	b.Cleanup(func() {
 		_, _ = admin.QueueDelete(q, false, false, false)
 		_, _ = admin.QueueDelete(Topology{}.DeadQueue(q), false, false, false)
-		for _, name := range (Topology{}).LadderQueues(q) {
-			_, _ = admin.QueueDelete(name, false, false, false)
-		}
+		_, _ = admin.QueueDelete(Topology{}.WarmQueue(q), false, false, false) // the shared ladder stays
 	})
 	backend, err := New(channels, Options{})
 	if err != nil {

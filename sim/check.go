@@ -134,9 +134,14 @@ func (r *runner) classifyName(name string) queueRole {
 			return queueRole{q, roleWait}
 		}
 	}
-	if base, ok := strings.CutSuffix(name, r.top.DeferredSuffix+".relay"); ok && !r.top.ClassicHolds {
-		if q, ok := r.byName[base]; ok && q.spec.Name == base {
-			return queueRole{q, roleRelay}
+	if !r.top.ClassicHolds {
+		// The ladder is shared by every work queue (rabbitmq.Topology.Ladder):
+		// its queues belong to none, and a job's queue is its own.
+		switch {
+		case name == r.top.RelayQueue():
+			return queueRole{role: roleRelay}
+		case strings.HasPrefix(name, r.top.Ladder+".ladder.") && rungTTL(name) > 0:
+			return queueRole{role: roleHold}
 		}
 		return queueRole{}
 	}
@@ -147,14 +152,7 @@ func (r *runner) classifyName(name string) queueRole {
 	if _, err := strconv.ParseUint(name[i+1:], 10, 32); err != nil {
 		return queueRole{}
 	}
-	base, ok := name[:i], true
-	if !r.top.ClassicHolds {
-		// q.deferred.ladder.TTL, a rung (rabbitmq.Topology.LadderQueue).
-		if base, ok = strings.CutSuffix(base, ".ladder"); !ok {
-			return queueRole{}
-		}
-	}
-	base, ok = strings.CutSuffix(base, r.top.DeferredSuffix)
+	base, ok := strings.CutSuffix(name[:i], r.top.DeferredSuffix)
 	if !ok {
 		return queueRole{}
 	}
@@ -189,7 +187,12 @@ func (r *runner) observe(ev membroker.Event) {
 		if qr.role == roleHold && !r.squatted[ev.Queue] {
 			r.holdsChanged(q, +1)
 			r.emit(Event{Kind: EvHoldCreated, Queue: ev.Queue, Worker: -1})
-			if q.holds > q.holdBound {
+			switch {
+			case q == nil: // the shared ladder's rungs
+				if bound := len(r.top.Rungs()); r.res.holdsNow > bound {
+					r.violate(invHoldsBounded, nil, fmt.Sprintf("the ladder has %d rungs, over the bound of %d", r.res.holdsNow, bound))
+				}
+			case q.holds > q.holdBound:
 				r.violate(invHoldsBounded, nil, fmt.Sprintf("%s has %d hold queues, over the bound of %d", q.spec.Name, q.holds, q.holdBound))
 			}
 		}
@@ -255,7 +258,7 @@ func (r *runner) holdKey(qr queueRole, name string) string {
 	if r.top.ClassicHolds || qr.role == roleWait {
 		return name
 	}
-	return r.top.RelayQueue(qr.q.spec.Name)
+	return r.top.RelayQueue()
 }
 
 // bounced is a delivery made inside Broker.Restart: a message one closing
@@ -344,7 +347,9 @@ func (r *runner) holdsChanged(q *simQueue, d int) {
 	res.holdArea += float64(res.holdsNow) * float64(now-res.holdSince)
 	res.holdSince = now
 	res.holdsNow += d
-	q.holds += d
+	if q != nil {
+		q.holds += d
+	}
 	if d > 0 {
 		res.HoldQueuesCreated++
 	}
@@ -500,7 +505,7 @@ func (r *runner) relayed(qr queueRole, ev membroker.Event) {
 	if j == nil || jobNumber(ev.MessageID) != j.n {
 		return // a malformed body, or not a job of the run
 	}
-	key := r.top.RelayQueue(qr.q.spec.Name)
+	key := r.top.RelayQueue()
 	k := r.pendingHold(j, key)
 	if k < 0 {
 		r.failf("job %d relayed to %s but never held on the ladder", j.n, ev.Queue)

@@ -144,7 +144,7 @@ func (r *runner) connectWorker(w *worker) error {
 
 // checkConsuming is invariant 13, for a worker process that has just
 // connected: the broker lists its consumer on its queue, and on the
-// queue's relay queue with a hold ladder. A process that reconnected
+// ladder's relay queue with a hold ladder. A process that reconnected
 // resumes its subscriptions under their consumer tags (resume); one whose
 // subscription did not resume would sit connected and idle while its
 // queue fills.
@@ -162,7 +162,7 @@ func (r *runner) checkConsuming(w *worker) {
 	}
 	check(w.q.spec.Name, w.work)
 	if w.relayWork != nil { // with a hold ladder
-		check(r.top.RelayQueue(w.q.spec.Name), w.relayWork)
+		check(r.top.RelayQueue(), w.relayWork)
 	}
 }
 

@@ -42,7 +42,7 @@ type simRelay struct {
 func (s *simRelay) Publish() error {
 	r, w := s.r, s.sub.w
 	r.relaying, r.relayJob = true, r.job(s.n)
-	err := w.rb.Relay(r.bg, w.q.spec.Name, s.d.D)
+	err := w.rb.Relay(r.bg, "", s.d.D) // every job on the shared ladder names its queue
 	r.relaying, r.relayJob = false, nil
 	if err != nil {
 		r.emit(Event{Kind: EvSettleFailed, Job: s.n, Queue: w.q.spec.Name, Worker: w.idx, Detail: "relay: " + settleFailure(err)})
@@ -52,6 +52,14 @@ func (s *simRelay) Publish() error {
 }
 
 func (s *simRelay) Ack() { s.r.relayAcked(s.sub, s.d, s.n, s.confirmed) }
+
+// Drop is the relay of a job whose work queue is gone. The simulation
+// never deletes a work queue, so the relay has dropped a job it should
+// have delivered.
+func (s *simRelay) Drop(err error) {
+	s.r.violate(invConservation, s.r.job(s.n), fmt.Sprintf("job %d: its relay dropped it: %v", s.n, err))
+	s.Ack()
+}
 
 func (s *simRelay) Requeue(delay time.Duration, _ error) {
 	sub, w, d := s.sub, s.sub.w, s.d
@@ -63,7 +71,7 @@ func (r *runner) relayAcked(sub *subscription, d *consume.Delivery, n uint64, co
 	j := r.job(n)
 	if !confirmed {
 		r.violate(invConservation, j, fmt.Sprintf("job %d: its relay acknowledged its delivery from %s before the broker confirmed the job's next publish",
-			n, r.top.RelayQueue(sub.w.q.spec.Name)))
+			n, r.top.RelayQueue()))
 	}
 	if err := d.Ack(); err != nil {
 		if j != nil {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -62,11 +63,14 @@ type Result struct {
 	RelaysPerSecond float64 `json:"relays_per_second"`
 	// QuorumQueues counts the quorum queues on the broker at the end of
 	// the run, all made by the product's declarations: the work queues of
-	// type quorum, the dead-letter queues, and the ladder's rungs, relay
-	// queues and warm markers. Quorum queues never expire, so it is every
-	// one the run made; on a cluster each is a Raft group with a member on
-	// every node. WorkQueues is how many work queues they serve.
+	// type quorum, the dead-letter queues and warm markers, and the
+	// ladder's rungs, relay queue and warm marker, which LadderQueues
+	// counts apart: one ladder serves every work queue. Quorum queues never
+	// expire, so it is every one the run made; on a cluster each is a Raft
+	// group with a member on every node. WorkQueues is how many work
+	// queues they serve.
 	QuorumQueues int `json:"quorum_queues"`
+	LadderQueues int `json:"ladder_queues"`
 	WorkQueues   int `json:"work_queues"`
 
 	// Periodic is what the scheduler group did; nil without
@@ -116,8 +120,12 @@ func (r *runner) finish() *Result {
 	res.Virtual = Duration(now)
 	res.WorkQueues = len(r.queues)
 	for _, q := range r.broker.Queues() {
-		if q.Type == "quorum" {
-			res.QuorumQueues++
+		if q.Type != "quorum" {
+			continue
+		}
+		res.QuorumQueues++
+		if q.Name == r.top.RelayQueue() || q.Name == r.top.LadderWarmQueue() || strings.HasPrefix(q.Name, r.top.Ladder+".ladder.") {
+			res.LadderQueues++
 		}
 	}
 

@@ -464,8 +464,12 @@ func (r *runner) deployBefore() error {
 	if err != nil {
 		return err
 	}
+	markers := []string{r.top.LadderWarmQueue()}
 	for _, cfg := range r.configs {
-		if _, err := ch.QueueDeclare(r.top.WarmQueue(cfg.Name), true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		markers = append(markers, r.top.WarmQueue(cfg.Name))
+	}
+	for _, m := range markers {
+		if _, err := ch.QueueDeclare(m, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 			return fmt.Errorf("sim: the earlier deployment's warm marker: %w", err)
 		}
 	}

@@ -555,7 +555,7 @@ func TestZeroDelayDeferralWaitsOneGranule(t *testing.T) {
 	if res.Jobs.Succeeded != 1 || res.Deferrals != 1 {
 		t.Fatalf("%+v, %d deferrals", res.Jobs, res.Deferrals)
 	}
-	if !strings.Contains(trace, "hold job=1 queue=jobs.deferred.ladder.1000 ") || !strings.Contains(trace, "priority=10 ttl=1s") {
+	if !strings.Contains(trace, "hold job=1 queue=queuey.ladder.1000 ") || !strings.Contains(trace, "priority=10 ttl=1s") {
 		t.Fatalf("the deferral for 0 did not wait one granule:\n%s", trace)
 	}
 }

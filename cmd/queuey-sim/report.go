@@ -59,6 +59,9 @@ type rowReport struct {
 	// QuorumQueues counts the quorum queues the run's declarations made
 	// for its WorkQueues work queues (sim.Result.QuorumQueues).
 	QuorumQueues int `json:"quorum_queues"`
+	// LadderQueues is how many of them are the hold ladder's, which all
+	// work queues share (sim.Result.LadderQueues).
+	LadderQueues int `json:"ladder_queues"`
 	WorkQueues   int `json:"work_queues"`
 	// AddedWait is what rounding (and, on the legacy row, head-of-line
 	// blocking) added to retries' holds, over the delay asked for;
@@ -137,7 +140,7 @@ func newRowReport(r row) rowReport {
 		Label: r.label(), Granularity: sim.Duration(r.granularity), GranularityNS: int64(r.granularity), Legacy: r.legacy,
 		HoldQueuesPeak: res.HoldQueuesPeak, HoldQueuesMean: res.HoldQueuesMean, HoldQueuesCreated: res.HoldQueuesCreated,
 		HoldDeclarations: res.HoldDeclarations, DeclarationsPerSecond: res.DeclarationsPerSecond, RelaysPerSecond: res.RelaysPerSecond,
-		QuorumQueues: res.QuorumQueues, WorkQueues: res.WorkQueues,
+		QuorumQueues: res.QuorumQueues, LadderQueues: res.LadderQueues, WorkQueues: res.WorkQueues,
 		AddedWait: res.RetryAddedWait.Summary(), DeferredAddedWait: res.DeferredAddedWait.Summary(), DeferredWait: res.DeferredWait.Summary(), BacklogWait: res.BacklogWait.Summary(),
 		Jobs: res.Jobs, DeadByReason: res.DeadByReason, Deferrals: res.Deferrals, TimedOut: res.TimedOut, Abandoned: res.Abandoned,
 		Violations: res.ViolationCount, ViolationsByInvariant: map[string]int{}, TraceHash: res.TraceHash,
@@ -189,13 +192,18 @@ func quorumCost(r rowReport) string {
 	if r.QuorumQueues == 0 {
 		return "no quorum queues"
 	}
+	own := r.QuorumQueues - r.LadderQueues
 	each := ""
-	if r.WorkQueues > 1 && r.QuorumQueues%r.WorkQueues == 0 {
-		each = fmt.Sprintf(", %d each", r.QuorumQueues/r.WorkQueues)
+	if r.WorkQueues > 1 && own%r.WorkQueues == 0 {
+		each = fmt.Sprintf(", %d each", own/r.WorkQueues)
 	}
-	return fmt.Sprintf("%s for %s%s (work queues of type quorum, dead-letter queues, and the ladder's rungs, "+
-		"relay queue and warm marker); on a three-node cluster each is a Raft group with a member on every node, %d in all",
-		plural(r.QuorumQueues, "1 quorum queue", "%d quorum queues"), plural(r.WorkQueues, "1 work queue", "%d work queues"), each, 3*r.QuorumQueues)
+	ladder := ""
+	if r.LadderQueues > 0 {
+		ladder = fmt.Sprintf("%d for the hold ladder every work queue shares (its rungs, relay queue and warm marker) and ", r.LadderQueues)
+	}
+	return fmt.Sprintf("%s: %s%d for %s%s (dead-letter queues, warm markers, and work queues of type quorum); "+
+		"on a three-node cluster each is a Raft group with a member on every node, %d in all",
+		plural(r.QuorumQueues, "1 quorum queue", "%d quorum queues"), ladder, own, plural(r.WorkQueues, "1 work queue", "%d work queues"), each, 3*r.QuorumQueues)
 }
 
 // recommend applies recommendationRule to classic holds: the finest

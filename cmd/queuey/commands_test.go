@@ -76,10 +76,10 @@ func TestQueuesListsTheWorkQueues(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	table, _, _ := strings.Cut(stdout, "\n\n")
-	// jobs: the ladder's 22 rungs and relay queue, and its dead-letter
-	// queue; mail, with classic holds, none.
+	// jobs: its dead-letter queue, its held job on the shared ladder;
+	// mail, with classic holds, a hold queue of its own.
 	want := "QUEUE  READY  UNACKED  CONSUMERS  DEAD  HOLD QUEUES  HELD  QUORUM QUEUES\n" +
-		"jobs   2      0        0          6     23           1     24\n" +
+		"jobs   2      0        0          6     0            0     1\n" +
 		"mail   0      0        0          0     1            1     0"
 	if table != want {
 		t.Fatalf("queues:\n%s\nwant\n%s", stdout, want)
@@ -225,28 +225,32 @@ func TestDelete(t *testing.T) {
 	d := newDeployment(t)
 	d.addMail(t)
 	// What earlier releases and other settings leave beside jobs: a classic
-	// hold, a quorum hold of the per-TTL kind, and the ladder's warm marker.
+	// hold, a quorum hold of the per-TTL kind, a ladder of its own (a rung
+	// and its relay queue), and the warm marker.
 	ch := d.channel(t)
+	quorum := amqp.Table{"x-queue-type": "quorum"}
 	for name, args := range map[string]amqp.Table{
-		"jobs.deferred.7000":        {"x-queue-type": "classic", "x-message-ttl": int64(7000), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs"},
-		"jobs.deferred.quorum.4000": {"x-queue-type": "quorum", "x-message-ttl": int64(4000), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs"},
-		"jobs.deferred.warm":        {"x-queue-type": "quorum"},
+		"jobs.deferred.7000":         {"x-queue-type": "classic", "x-message-ttl": int64(7000), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs"},
+		"jobs.deferred.quorum.4000":  {"x-queue-type": "quorum", "x-message-ttl": int64(4000), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs"},
+		"jobs.deferred.ladder.16000": quorum,
+		"jobs.deferred.relay":        quorum,
+		"jobs.deferred.warm":         quorum,
 	} {
 		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{"jobs.deferred.7000", "jobs.deferred.quorum.4000"} {
+	for _, name := range []string{"jobs.deferred.7000", "jobs.deferred.quorum.4000", "jobs.deferred.ladder.16000"} {
 		if err := ch.Publish("", name, false, false, amqp.Publishing{Body: []byte(`{}`)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	jobsQueues := d.queueNames("jobs")
-	if len(jobsQueues) != 28 { // jobs, jobs.dead, 22 rungs, the relay, and these 3
+	if len(jobsQueues) != 7 { // jobs, jobs.dead, and these 5
 		t.Fatalf("jobs has %d queues: %v", len(jobsQueues), jobsQueues)
 	}
 	env := map[string]string{"AMQP_URL": memURL, "RABBITMQ_MANAGEMENT_URL": d.mgmt.URL}
-	summary := "jobs has 28 queues (the work queue, its dead-letter queue, 25 hold queues and the warm marker) holding 11 messages: 2 waiting in jobs, 3 held for a retry or a deferral, 6 in jobs.dead\n"
+	summary := "jobs has 7 queues (the work queue, its dead-letter queue, 4 hold queues and the warm marker) holding 11 messages: 2 waiting in jobs, 3 held for a retry or a deferral, 6 in jobs.dead\n"
 	for _, tc := range []struct {
 		name        string
 		args        []string
@@ -257,14 +261,15 @@ func TestDelete(t *testing.T) {
 		stderr      []string
 	}{
 		{name: "needs yes", args: []string{"delete", "jobs"}, code: 2, stderr: []string{summary,
-			"queuey: not confirmed, so nothing was done: queuey would delete 28 queues of jobs and the 11 messages in them, but it cannot ask since stdin is not a terminal; pass --yes to go ahead"}},
+			"queuey: not confirmed, so nothing was done: queuey would delete 7 queues of jobs and the 11 messages in them, but it cannot ask since stdin is not a terminal; pass --yes to go ahead"}},
 		{name: "declined", args: []string{"delete", "jobs"}, interactive: true, stdin: "n\n", code: 1, stderr: []string{summary,
-			"Delete jobs with its dead-letter and hold queues (28 queues) and the 11 messages in them, for good? [y/N] ", "cancelled: nothing was changed"}},
+			"Delete jobs with its dead-letter and hold queues (7 queues) and the 11 messages in them, for good? [y/N] ", "cancelled: nothing was changed"}},
 		{name: "a dead-letter queue", args: []string{"delete", "jobs.dead", "--yes"}, code: 1,
 			stderr: []string{`queuey: rabbitmq: not a work queue: "jobs.dead" is the dead-letter queue of "jobs"; name the work queue "jobs" to delete its whole topology`}},
 		{name: "a rung", args: []string{"delete", "jobs.deferred.ladder.16000", "--yes"}, code: 1, stderr: []string{`is a hold ladder rung of "jobs"`}},
 		{name: "the relay queue", args: []string{"delete", "jobs.deferred.relay", "--yes"}, code: 1, stderr: []string{`is the relay queue of "jobs"`}},
-		{name: "the warm marker", args: []string{"delete", "jobs.deferred.warm", "--yes"}, code: 1, stderr: []string{`is the hold ladder's warm marker of "jobs"`}},
+		{name: "the warm marker", args: []string{"delete", "jobs.deferred.warm", "--yes"}, code: 1, stderr: []string{`is the warm marker of "jobs"`}},
+		{name: "a rung of the shared ladder", args: []string{"delete", "queuey.ladder.16000", "--yes"}, code: 1, stderr: []string{`one of the hold ladder's queues`}},
 		{name: "a classic hold", args: []string{"delete", "mail.deferred.5000", "--yes"}, code: 1, stderr: []string{`is a classic hold queue of "mail"`}},
 		{name: "a quorum hold", args: []string{"delete", "jobs.deferred.quorum.4000", "--yes"}, code: 1, stderr: []string{`is a quorum hold queue of "jobs"`}},
 		{name: "not queuey's", args: []string{"delete", "other", "--yes"}, code: 1,
@@ -288,8 +293,8 @@ func TestDelete(t *testing.T) {
 					t.Errorf("stderr lacks %q:\n%s", s, stderr)
 				}
 			}
-			if got := len(d.queueNames("")); got != 28+3+1 { // jobs', mail's, other
-				t.Errorf("%d queues left, want all 32", got)
+			if got := len(d.queueNames("")); got != 7+3+1+23 { // jobs', mail's, other, the shared ladder's
+				t.Errorf("%d queues left, want all 34", got)
 			}
 		})
 	}
@@ -308,14 +313,14 @@ func TestDelete(t *testing.T) {
 	}
 
 	code, stdout, stderr := d.runCLI(t, env, "y\n", true, "delete", "jobs")
-	if code != 0 || stdout != "deleted 28 queues of jobs and the 11 messages in them\n" || !strings.Contains(stderr, summary) {
+	if code != 0 || stdout != "deleted 7 queues of jobs and the 11 messages in them\n" || !strings.Contains(stderr, summary) {
 		t.Fatalf("delete: exit %d\n%s%s", code, stdout, stderr)
 	}
 	if left := d.queueNames("jobs"); len(left) != 0 {
 		t.Fatalf("left after delete: %v", left)
 	}
-	if got := len(d.queueNames("")); got != 4 {
-		t.Fatalf("%d queues left, want mail's 3 and other", got)
+	if got := len(d.queueNames("")); got != 4+23 {
+		t.Fatalf("%d queues left, want mail's 3, other and the shared ladder's 23", got)
 	}
 	code, _, stderr = d.runCLI(t, env, "", false, "delete", "jobs", "--yes")
 	if code != 1 || !strings.Contains(stderr, "no such queue") {

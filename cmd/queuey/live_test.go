@@ -47,7 +47,7 @@ func TestLiveSession(t *testing.T) {
 		if err != nil {
 			return
 		}
-		for _, name := range append([]string{q, q + ".dead"}, rabbitmq.Topology{}.LadderQueues(q)...) {
+		for _, name := range []string{q, q + ".dead", rabbitmq.Topology{}.WarmQueue(q)} {
 			_, _ = ch.QueueDelete(name, false, false, false)
 		}
 	}()

@@ -399,7 +399,7 @@ func deleteLive(url, queue string) {
 		return
 	}
 	top := rabbitmq.Topology{}
-	for _, name := range append([]string{queue, top.DeadQueue(queue), top.RelayQueue(queue), top.WarmQueue(queue)}, top.LadderQueues(queue)...) {
+	for _, name := range []string{queue, top.DeadQueue(queue), top.WarmQueue(queue)} { // the shared ladder stays
 		_, _ = ch.QueueDelete(name, false, false, false)
 	}
 }

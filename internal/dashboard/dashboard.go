@@ -51,6 +51,7 @@ import (
 type Source interface {
 	WorkQueues(ctx context.Context) ([]rabbitmq.QueueStats, error)
 	Stats(ctx context.Context, queues ...string) ([]rabbitmq.QueueStats, error)
+	Ladder(ctx context.Context) (rabbitmq.LadderStats, error)
 	DeadLetters(ctx context.Context, queue string, filter rabbitmq.DeadLetterFilter, limit int) ([]rabbitmq.DeadLetter, error)
 	Redrive(ctx context.Context, queue string, opts rabbitmq.RedriveOptions) (rabbitmq.RedriveReport, error)
 	Purge(ctx context.Context, queue string) (int, error)

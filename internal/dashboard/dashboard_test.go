@@ -206,7 +206,7 @@ func TestQueuePageGroupsDeadLettersByReason(t *testing.T) {
 		`<tr data-reason="attempts exhausted">`, `<td class="n count">3</td>`,
 		`<tr data-reason="fatal: card declined">`, `<td class="n count">2</td>`,
 		`<tr data-reason="malformed envelope">`, "(malformed)",
-		"jobs.deferred.ladder.1000", "within 1s of entering",
+		"queuey.ladder.1000", "within 1s of entering",
 		`href="/queues/jobs/redrive?reason=fatal%3a%20card%20declined"`, "Purge all…")
 	if strings.Index(body, "attempts exhausted") > strings.Index(body, "fatal: card declined") {
 		t.Fatal("groups not largest first")
@@ -544,7 +544,8 @@ func TestQueuePageLeadsWithDeadLettersAndFindsOneByID(t *testing.T) {
 		t.Fatalf("dead letters at %d, holds at %d: want the dead letters first", dead, holds)
 	}
 	mustContain(t, "queue page", body, `<input id="find-id" name="id" required>`,
-		`<p id="held">1 job held; the next comes back within 2s.</p>`, "<details><summary>Its 23 hold queues</summary>", "24.3 days")
+		`<p id="held">1 job held (on the hold ladder every work queue shares: not all need be this queue's); the next comes back within 2s.</p>`,
+		"<details><summary>The shared ladder's and its own: 23 hold queues</summary>", "24.3 days")
 	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Get(f.srv.URL + "/queues/jobs/dead?id=e-1")
 	if err != nil {
 		t.Fatal(err)

@@ -219,9 +219,12 @@ type queueData struct {
 	Read      int
 	Truncated bool
 	// Held is how many jobs the hold queues hold; Next says when the
-	// first of them comes back, as far as the queues tell.
-	Held int
-	Next string
+	// first of them comes back, as far as the queues tell. Shared says
+	// that the holds include the hold ladder every work queue shares, so
+	// that not all of them need be this queue's.
+	Held   int
+	Next   string
+	Shared bool
 }
 
 func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
@@ -240,12 +243,17 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	truncated := len(dls) > s.opts.GroupLimit
 	dls = dls[:min(len(dls), s.opts.GroupLimit)]
-	d := queueData{Queue: q, Stats: st[0], Groups: groups(dls), Read: len(dls), Truncated: truncated}
+	ladder, err := s.src.Ladder(ctx)
+	if err != nil {
+		s.fail(w, q, err)
+		return
+	}
+	d := queueData{Queue: q, Stats: st[0], Groups: groups(dls), Read: len(dls), Truncated: truncated, Shared: len(ladder.Holds) > 0}
 	var soonest time.Duration = -1
-	for _, h := range st[0].Holds {
+	for _, h := range append(slices.Clip(st[0].Holds), ladder.Holds...) {
 		back := "within " + Duration(h.TTL) + " of entering"
 		if h.Type == "relay" {
-			back = "at once: on their way between rungs or back to the queue"
+			back = "at once: on their way between rungs or back to their queue"
 		}
 		d.Holds = append(d.Holds, holdRow{HoldStats: h, Back: back})
 		if d.Held += h.Messages; h.Messages > 0 && (soonest < 0 || h.TTL < soonest) {

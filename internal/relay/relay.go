@@ -1,5 +1,5 @@
 // Package relay is the hold ladder's relay of one delivery as a core with
-// no goroutines and no clock: a delivery from a work queue's relay queue
+// no goroutines and no clock: a delivery from the ladder's relay queue
 // in, what to do with it out. A rung releases a held job into the relay
 // queue; the relay publishes it on (rabbitmq.Backend.Relay: into its next
 // rung, or back into its work queue), and only once the broker has
@@ -14,7 +14,10 @@
 // code, not a copy of it.
 package relay
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // Prefetch is how many deliveries of its relay queue a work queue's
 // consumer relays at once: its relay subscription's Qos.
@@ -32,7 +35,15 @@ const (
 	// Requeue: after Delay, return the delivery to the relay queue
 	// (basic.reject with requeue).
 	Requeue
+	// Drop: acknowledge the delivery of a job that has nowhere to go (its
+	// work queue is gone: ErrGone), and say so in the log.
+	Drop
 )
+
+// ErrGone is the error of a relay whose job's wait is over and whose work
+// queue no longer exists: the broker returned the publish into it.
+// rabbitmq exports it as ErrWorkQueueGone.
+var ErrGone = errors.New("rabbitmq: the job's work queue no longer exists")
 
 func (k Kind) String() string {
 	switch k {
@@ -42,6 +53,8 @@ func (k Kind) String() string {
 		return "ack"
 	case Requeue:
 		return "requeue"
+	case Drop:
+		return "drop"
 	}
 	return "unknown"
 }
@@ -50,7 +63,7 @@ func (k Kind) String() string {
 type Action struct {
 	Kind  Kind
 	Delay time.Duration // Requeue only
-	Err   error         // Requeue only: why the relay failed
+	Err   error         // Requeue and Drop: why the relay failed
 }
 
 // Stepper is what a shell drives. *Core is the product's; a test may wrap
@@ -87,13 +100,18 @@ func (c Core) Delivered(acts []Action, stale bool) []Action {
 	return append(acts, Action{Kind: Relay})
 }
 
-// Relayed acknowledges the delivery once its publish is confirmed, and
-// otherwise returns it after the pause. An acknowledgement that fails
-// (its channel went after the publish) leaves the job running twice, never
-// lost: the broker requeues the delivery, and it is relayed again.
+// Relayed acknowledges the delivery once its publish is confirmed, drops
+// it if its work queue is gone (ErrGone: deleting a work queue deletes its
+// jobs, held ones too), and otherwise returns it after the pause. An
+// acknowledgement that fails (its channel went after the publish) leaves
+// the job running twice, never lost: the broker requeues the delivery, and
+// it is relayed again.
 func (c Core) Relayed(acts []Action, err error) []Action {
-	if err == nil {
+	switch {
+	case err == nil:
 		return append(acts, Action{Kind: Ack})
+	case errors.Is(err, ErrGone):
+		return append(acts, Action{Kind: Drop, Err: err})
 	}
 	pause := c.Pause
 	if pause == 0 {
@@ -114,6 +132,9 @@ type Shell interface {
 	// Requeue returns the delivery to the relay queue after delay, err
 	// being why the relay failed.
 	Requeue(delay time.Duration, err error)
+	// Drop acknowledges the delivery of a job whose work queue is gone,
+	// err saying so, and logs it.
+	Drop(err error)
 }
 
 // Run carries out, for one delivery from a relay queue (stale if its
@@ -132,6 +153,8 @@ func Run(s Stepper, stale bool, sh Shell) {
 			sh.Ack()
 		case Requeue:
 			sh.Requeue(a.Delay, a.Err)
+		case Drop:
+			sh.Drop(a.Err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -45,10 +46,12 @@ func (r *recording) Ack()           { r.did = append(r.did, "ack") }
 func (r *recording) Requeue(d time.Duration, err error) {
 	r.did = append(r.did, "requeue after "+d.String()+": "+err.Error())
 }
+func (r *recording) Drop(err error) { r.did = append(r.did, "drop: "+err.Error()) }
 
 // TestRun: the shell publishes, then acknowledges once confirmed; a
 // failed publish is followed by the requeue after the pause, never an
-// acknowledgement; a stale delivery is left alone.
+// acknowledgement, unless the job's work queue is gone, when it is
+// dropped; a stale delivery is left alone.
 func TestRun(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -59,6 +62,7 @@ func TestRun(t *testing.T) {
 		{"confirmed", false, nil, []string{"publish", "ack"}},
 		{"refused", false, errors.New("312 NO_ROUTE"), []string{"publish", "requeue after 1s: 312 NO_ROUTE"}},
 		{"stale", true, nil, nil},
+		{"work queue gone", false, fmt.Errorf("relay job %q: %w", "j1", ErrGone), []string{"publish", `drop: relay job "j1": ` + ErrGone.Error()}},
 	} {
 		sh := &recording{publishErr: c.err}
 		Run(Core{}, c.stale, sh)
