@@ -248,12 +248,12 @@ func (b *Backend) awaitRipe(ctx context.Context, queue string) error {
 		b.waitLogged[queue] = true
 		b.mu.Unlock()
 		if first {
-			b.logger.Info("rabbitmq: the hold ladder is new on this broker: holds, dead letters and jobs of a quorum queue wait until it is old enough to survive a crash "+
+			b.logger.Info("rabbitmq: the queue or the hold ladder is new on this broker: holds, dead letters and jobs of a quorum queue wait until both are old enough to survive a crash "+
 				"(Topology.HoldWarmup; only the first process to use the queue on a broker waits)",
 				"queue", queue, "wait", wait.String())
 		}
 		if err := b.sleep(ctx, wait); err != nil {
-			return fmt.Errorf("rabbitmq: hold for queue %q: waiting %s for its hold ladder to be old enough to survive a crash: %w", queue, wait, err)
+			return fmt.Errorf("rabbitmq: hold for queue %q: waiting %s for it and the hold ladder to be old enough to survive a crash: %w", queue, wait, err)
 		}
 	}
 	if warm || b.top.HoldWarmup <= 0 {

@@ -347,14 +347,15 @@ func (c clusterCheck) run(t *testing.T) {
 	tally.mu.Unlock()
 	tally.mu.Lock()
 	lastRun := tally.lastRun
+	late := lateDeferrals(tally.late, tally.lateAt, startedAt)
 	tally.mu.Unlock()
 	reconnected := fleet.reconnections()
 	recovery := "never"
 	if len(reconnected) > 0 {
 		recovery = slices.MinFunc(reconnected, func(a, b time.Time) int { return a.Compare(b) }).Sub(killedAt).Round(time.Millisecond).String() + " after the kill"
 	}
-	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued, %d not sent; node %s down %s: %d of the %d jobs confirmed 2 s before its restart unfinished then, %d lost for good, %d dead-lettered %v, %d duplicates, %d handler runs; the first worker reconnected %s; the last job ran %s after the kill (%s after the restart); enqueueing took %s",
-		t.Name(), c.jobs, len(confirmed), len(maybe), notSent, victim, startedAt.Sub(killedAt).Round(time.Millisecond), len(stuck), len(settled), lost, len(dead), reasons, duplicates, runs, recovery, lastRun.Sub(killedAt).Round(time.Millisecond), lastRun.Sub(startedAt).Round(time.Millisecond), enqueued.Round(time.Millisecond))
+	t.Logf("RESULT %s: %d jobs, %d confirmed, %d maybe-enqueued, %d not sent; node %s down %s: %d of the %d jobs confirmed 2 s before its restart unfinished then, %d lost for good, %d dead-lettered %v, %d duplicates, %d handler runs; the first worker reconnected %s; the last job ran %s after the kill (%s after the restart); enqueueing took %s; %s",
+		t.Name(), c.jobs, len(confirmed), len(maybe), notSent, victim, startedAt.Sub(killedAt).Round(time.Millisecond), len(stuck), len(settled), lost, len(dead), reasons, duplicates, runs, recovery, lastRun.Sub(killedAt).Round(time.Millisecond), lastRun.Sub(startedAt).Round(time.Millisecond), enqueued.Round(time.Millisecond), late)
 	if lost > 0 {
 		t.Logf("lost: %s", strings.Join(lostJobs, "; "))
 	}

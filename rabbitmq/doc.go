@@ -12,28 +12,47 @@
 //     to the dead queue, so a message that crashes workers past the delivery
 //     limit lands there instead of vanishing.
 //   - q + ".dead" (the suffix is configurable) holds dead-lettered jobs,
-//     with headers x-death-reason, x-original-queue and x-attempts.
-//   - q + ".deferred.ladder." + TTL in milliseconds are the rungs of q's
-//     hold ladder, for TTL = base·2^k up to 2147483647 ms, base being the
-//     finer granularity (22 rungs at 1 s), with q + ".deferred.relay"
-//     between them and q + ".deferred.warm", an empty marker. Every wait
-//     goes through them: a retry's backoff, an enqueue-after delay and a
-//     deferral alike. A wait of TTL ms waits in the longest rung that fits
-//     what remains, which releases it into the relay queue; a consumer of q
-//     made by Consume publishes it into the next rung, or once nothing
-//     remains back onto q at its priority (Backend.Relay). Every rung is a
-//     quorum queue of one TTL, dead-lettering at least once
-//     (x-dead-letter-strategy at-least-once, x-overflow reject-publish):
-//     a short wait is never stuck behind a long one (RabbitMQ expires
-//     messages only at the head of a queue, which is what breaks a shared
-//     wait queue with per-message expirations), nothing is released early
-//     (the rungs add up to the wait), and a held job survives a broker
-//     restart and a kill -9. The rungs are declared with q, once; their
-//     number is bounded whatever the delays. Delays are rounded up, never
-//     down, to a granularity; the longest is 2147483647 ms (about 24.8
-//     days), and a longer delay is refused, never clamped. q + ".dead" is a
-//     quorum queue too. Topology.HoldWarmup and docs/hold-ladder.md say why
-//     a process's first holds on a new ladder wait 5 s.
+//     with headers x-death-reason, x-original-queue and x-attempts. It is a
+//     quorum queue with the hold ladder, a classic one with
+//     Topology.ClassicHolds.
+//   - q + ".deferred.warm", with the hold ladder, is q's warm marker: an
+//     empty quorum queue (below).
+//
+// Every wait goes through one hold ladder per virtual host, shared by all
+// its work queues. With L its name (Topology.Ladder, "queuey" by default),
+// its queues are the rungs L + ".ladder." + TTL in milliseconds, for
+// TTL = base·2^k up to 2147483647 ms, base being the finer granularity
+// (22 rungs at 1 s), the relay queue L + ".relay" they release into, and
+// L + ".warm", the ladder's warm marker: 24 quorum queues with the
+// default granularities, whatever the delays and however many work
+// queues. A retry's backoff, an enqueue-after delay and a deferral alike
+// wait there. A wait of TTL ms waits in the longest rung that fits what
+// remains, which releases it into the relay queue; a consumer made by
+// Consume, of any work queue, publishes it into the next rung, or once
+// nothing remains onto the work queue its header x-queuey-queue names, at
+// its priority (Backend.Relay). So a work queue with no worker still gets
+// its held jobs back while some worker of the virtual host runs. Every
+// rung is a quorum queue of one TTL, dead-lettering at least once
+// (x-dead-letter-strategy at-least-once, x-overflow reject-publish): a
+// short wait is never stuck behind a long one (RabbitMQ expires messages
+// only at the head of a queue, which is what breaks a shared wait queue
+// with per-message expirations), nothing is released early (the rungs add
+// up to the wait), and a held job survives a broker restart and a kill -9.
+// Backend.Declare declares the ladder before the work queues. Delays are
+// rounded up, never down, to a granularity; the longest is 2147483647 ms
+// (about 24.8 days), and a longer delay is refused, never clamped. A job
+// whose work queue no longer exists when its wait is over is dropped and
+// logged at WARN (ErrWorkQueueGone): deleting a work queue deletes its
+// jobs, held ones too. No work queue may be named like one of the
+// ladder's queues (Topology.CheckQueueName). Topology.HoldWarmup and
+// docs/hold-ladder.md say why a process's first holds on a new ladder or
+// a new queue wait 5 s.
+//
+// Earlier releases gave each work queue a ladder of its own,
+// q + ".deferred.ladder." + TTL and q + ".deferred.relay". A consumer of q
+// made while that relay queue exists relays what it receives too, into
+// the shared ladder and back to q; Inspector.DeleteTopology deletes those
+// queues with q, and never the shared ladder.
 //
 // With Topology.ClassicHolds, hold queues are instead classic queues named
 // q + ".deferred." + TTL, one per TTL, releasing straight onto q at most

@@ -19,8 +19,9 @@ import (
 // TestLiveClusterLadderFootprint measures what the default topology's
 // queues cost a three-node cluster (docs/performance.md, "The ladder on
 // three nodes"): it declares quorum work queues with the defaults in steps
-// (QUEUEY_FOOTPRINT, cumulative totals such as "1,10,100"), and after each
-// step reports the quorum queues on the cluster, each node's memory as
+// (QUEUEY_FOOTPRINT, cumulative totals such as "1,10,100"), holds a job for
+// each (which, after the warm-up, declares the warm markers), and after
+// each step reports the quorum queues on the cluster, each node's memory as
 // rabbitmqctl status gives it, the three nodes' CPU over 30 s with no
 // traffic (what the quorum queues' Raft groups cost at rest), and a kill
 // -9 of node 3 followed by its
@@ -92,6 +93,7 @@ func TestLiveClusterLadderFootprint(t *testing.T) {
 			t.Fatalf("QUEUEY_FOOTPRINT: %q is not a growing list of totals", steps)
 		}
 		start := time.Now()
+		first := len(names)
 		for len(names) < total {
 			q := fmt.Sprintf("%s%03d", prefix, len(names))
 			names = append(names, q)
@@ -100,6 +102,14 @@ func TestLiveClusterLadderFootprint(t *testing.T) {
 			}
 		}
 		declared := time.Since(start)
+		// A hold for each new queue, once the warm-up is over, declares its
+		// warm marker (and the ladder's): the queues a deployment has once
+		// it has held a job.
+		for _, q := range names[first:] {
+			if err := b.Publish(context.Background(), testJob(q, "warm-"+q, 0), time.Second, queuey.HoldDeferred); err != nil {
+				t.Fatal(err)
+			}
+		}
 		time.Sleep(15 * time.Second) // the new members settle
 		report(fmt.Sprintf("%d work queues (declared in %s)", total, declared.Round(time.Millisecond)))
 

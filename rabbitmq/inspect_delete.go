@@ -143,8 +143,9 @@ func roleName(role string) string {
 
 // DeleteTopology deletes queue's whole topology for good, as
 // TopologyQueues finds it when called: the work queue, its dead-letter
-// queue, its hold ladder (rungs, relay queue and warm marker), its classic
-// hold queues and the quorum hold queues of earlier releases. It returns
+// queue, its warm marker, its classic hold queues, and from earlier
+// releases a ladder of its own and quorum hold queues per TTL; never the
+// shared ladder. It returns
 // the queues it deleted, each with the count of messages the broker
 // reported deleting, and after an error those it had deleted before.
 //

@@ -171,7 +171,7 @@ func TestHoldWaitsForTheLadderToWarmUp(t *testing.T) {
 			t.Fatalf("the first hold went %s after the declaration, want 3s", waited)
 		}
 		// The wait is logged once, at INFO, with how long and why.
-		if n := strings.Count(logs.String(), "level=INFO msg=\"rabbitmq: the hold ladder is new on this broker"); n != 1 ||
+		if n := strings.Count(logs.String(), "level=INFO msg=\"rabbitmq: the queue or the hold ladder is new on this broker"); n != 1 ||
 			!strings.Contains(logs.String(), "queue=jobs wait=3s") {
 			t.Fatalf("%d warm-up logs, want 1 saying queue=jobs wait=3s:\n%s", n, logs.String())
 		}

@@ -75,9 +75,10 @@ type Topology struct {
 	// queue, or a dead letter: RabbitMQ forgets a quorum queue younger than
 	// about 3.5 s, with everything in it, on a kill -9
 	// (docs/rabbitmq-semantics.md §13.4). Once it has waited it declares
-	// the ladder's warm marker (WarmQueue); a process that finds the marker
-	// when it declares the queue does not wait. So only a fresh
-	// deployment's first publishes wait, for what remains of the warm-up.
+	// the warm markers of the ladder and the queue (LadderWarmQueue,
+	// WarmQueue); a process that finds both when it declares the queue
+	// does not wait. So only a fresh deployment's first publishes wait,
+	// for what remains of the warm-up.
 	// Defaults to DefaultHoldWarmup; negative means no wait, for a broker
 	// that is never killed (membroker in tests). It does not apply with
 	// ClassicHolds.

@@ -476,7 +476,7 @@ func (r *runner) released(q *simQueue, j *job, ev membroker.Event, from string) 
 	}
 }
 
-// rungTTL is the TTL in a ladder rung's name (q.deferred.ladder.TTL);
+// rungTTL is the TTL in a ladder rung's name (queuey.ladder.TTL);
 // 0 for another name.
 func rungTTL(name string) time.Duration {
 	ms, err := strconv.ParseInt(name[strings.LastIndexByte(name, '.')+1:], 10, 64)

@@ -52,7 +52,7 @@ type expectation struct {
 // pendingHold is a copy of the job waiting in a hold or wait queue.
 type pendingHold struct {
 	// queue is the hold or wait queue it waits in; for the hold ladder,
-	// its relay queue, which stands for the whole ladder.
+	// the ladder's relay queue, which stands for the whole ladder.
 	queue string
 	hops  int // rungs it has moved on to since the first (the ladder)
 	// rungAt and rung are when it entered the rung it is in and that

@@ -262,8 +262,8 @@ type worker struct {
 	back queuey.Backend
 	rb   *rabbitmq.Backend
 	sub  *subscription
-	// relaySub is its subscription to the queue's relay queue (the hold
-	// ladder); nil with classic holds.
+	// relaySub is its subscription to the hold ladder's relay queue,
+	// shared by every work queue; nil with classic holds.
 	relaySub *subscription
 	// core is the process's worker core: made when the process starts,
 	// kept across its reconnections, gone when it dies.
@@ -271,7 +271,7 @@ type worker struct {
 	x    *execute.Executor[*simDelivery] // carries out core's actions
 	lost []workercore.Gen                // channels lost that the core has yet to hear of
 	// work and relayWork are the product's subscriptions (internal/consume)
-	// to the queue and its relay queue: made when the process starts, kept
+	// to the queue and the ladder's relay queue: made when the process starts, kept
 	// across its reconnections (each resumes on a fresh channel when its
 	// core asks to, reopenWork and reopenRelay), gone when it dies. The
 	// generation of a work subscription's channel is the core's.

@@ -18,7 +18,7 @@ import (
 )
 
 // subscribe subscribes a process that has just started to its queue, and
-// to the queue's relay queue with a hold ladder, as rabbitmq's
+// to the ladder's relay queue with a hold ladder, as rabbitmq's
 // Backend.Consume does: each on a channel of its own, through the
 // consumer's core (consume.Open: Qos(prefetch), manual acknowledgements),
 // with the consumer timeout queuey asks for (acktimeout.ConsumeArgs), the
@@ -45,7 +45,7 @@ func (r *runner) subscribe(w *worker, open func() (rabbitmq.Channel, error)) err
 	rsub := &subscription{w: w, tag: tag + "-relay", back: w.back, relay: true}
 	r.subs[rsub.tag] = rsub
 	if w.relayWork, err = subscribeOn(open, r.top.RelayQueue(), rsub.tag, relay.Prefetch, nil); err != nil {
-		return fmt.Errorf("sim: worker consume: its relay queue: %w", err)
+		return fmt.Errorf("sim: worker consume: the ladder's relay queue: %w", err)
 	}
 	rsub.attach(w.relayWork)
 	w.relaySub = rsub

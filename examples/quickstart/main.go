@@ -3,10 +3,11 @@
 //
 //	AMQP_URL=amqp://guest:guest@localhost:5672/ go run .
 //
-// It declares the queue "queuey-quickstart", its dead-letter queue and its
-// hold ladder (queuey-quickstart.dead, .deferred.*), and deletes nothing
-// (the queuey command's "queuey delete queuey-quickstart" does). On a broker
-// new to them, the first hold waits 5 s (rabbitmq.Topology.HoldWarmup).
+// It declares the queue "queuey-quickstart", its dead-letter queue and the
+// hold ladder the virtual host's work queues share (queuey.ladder.*,
+// queuey.relay), and deletes nothing (the queuey command's "queuey delete
+// queuey-quickstart" deletes the queue's own). On a broker new to them, the
+// first hold waits 5 s (rabbitmq.Topology.HoldWarmup).
 package main
 
 import (

@@ -19,8 +19,8 @@ import (
 	"time"
 )
 
-// Prefetch is how many deliveries of its relay queue a work queue's
-// consumer relays at once: its relay subscription's Qos.
+// Prefetch is how many deliveries of the ladder's relay queue a work
+// queue's consumer relays at once: its relay subscription's Qos.
 const Prefetch = 64
 
 // Kind is what an action asks the shell to do.
