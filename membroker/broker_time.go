@@ -10,10 +10,11 @@ import (
 
 // Event kinds on the virtual-time heap.
 const (
-	evHeadExpiry      = iota // a queue's head message may have expired
-	evQueueExpiry            // a queue's x-expires lease may have run out
-	evChannelTick            // a RabbitMQ40 channel's tick (acktimeout.go)
-	evConsumerTimeout        // a RabbitMQ43 quorum consumer's timer (acktimeout.go)
+	evHeadExpiry       = iota // a queue's head message may have expired
+	evQueueExpiry             // a queue's x-expires lease may have run out
+	evChannelTick             // a RabbitMQ40 channel's tick (acktimeout.go)
+	evConsumerTimeout         // a RabbitMQ43 quorum consumer's timer (acktimeout.go)
+	evDeadLetterResend        // a quorum queue sends its held dead letters again (deadletter_resend.go)
 )
 
 type event struct {
@@ -67,6 +68,10 @@ func (b *Broker) advance(now time.Time) {
 			continue
 		}
 		switch ev.kind {
+		case evDeadLetterResend:
+			if q.dlxResendAt.Equal(ev.at) {
+				b.resendDeadLetters(q)
+			}
 		case evHeadExpiry:
 			if !q.isQuorum() {
 				// A classic queue's one TTL timer ({drop_expired,Vsn}); an
@@ -168,6 +173,9 @@ func (b *Broker) flush() {
 // earlier than the one already scheduled.
 func (b *Broker) armHeadExpiry(q *queue) {
 	at, ok := q.headDeadline(b.version)
+	if ok && at.Before(q.bootAt) {
+		at = q.bootAt // it expires nothing before it has started
+	}
 	if !ok || (!q.ttlArmed.IsZero() && !at.Before(q.ttlArmed)) {
 		return
 	}
@@ -223,6 +231,9 @@ func (b *Broker) run(q *queue) {
 // quorum queue whose next message has expired expires the expired heads of
 // the returns and of every priority level at once (semantics §12.7).
 func (b *Broker) reapExpired(q *queue) {
+	if b.now.Before(q.bootAt) {
+		return // a quorum queue not started again yet (Timing.BootSpan)
+	}
 	if q.isQuorum() && b.version == RabbitMQ43 {
 		if m := q.peek(b.version); m != nil && m.hasExpiry && !b.now.Before(m.expiry) {
 			b.expireBatch(q)
@@ -238,6 +249,9 @@ func (b *Broker) reapExpired(q *queue) {
 // the expired messages at the head of the returns, then at the head of each
 // priority level from the highest (semantics §12.7).
 func (b *Broker) expireBatch(q *queue) {
+	if b.now.Before(q.bootAt) {
+		return
+	}
 	for m := q.returns.front(); m != nil && m.hasExpiry && !b.now.Before(m.expiry); m = q.returns.front() {
 		q.returns.popFront()
 		q.ready--

@@ -155,6 +155,10 @@ func (b *Broker) landDeadLetter(dl deadLetterInFlight) {
 			live = append(live, q)
 		}
 	}
+	if b.mustHold(dl.src, live) {
+		b.holdDeadLetter(dl, live)
+		return
+	}
 	// A quorum queue's at-least-once dead letter waits for its target's
 	// confirm (rabbit_fifo_dlx_worker); every other goes without one.
 	b.deliverTo(live, dl.m, &dl.from, dl.src.cfg.atLeastOnce, dl.src)

@@ -147,6 +147,13 @@ func (b *Broker) restart(crash bool) {
 			}
 		}
 	}
+	// When each quorum queue starts again, set before any of them expires
+	// a message (Timing.BootSpan).
+	for _, name := range b.queueNames() {
+		if q := b.queues[name]; q.durable && q.isQuorum() {
+			b.rebootQueue(q)
+		}
+	}
 	for _, name := range b.queueNames() {
 		q := b.queues[name]
 		if !q.durable {
@@ -180,6 +187,10 @@ func (b *Broker) restart(crash bool) {
 			for _, m := range q.readyMessages() {
 				b.observe(Event{Kind: EventLost, Queue: q.name, MessageID: m.pub.MessageId, Priority: m.pub.Priority, Reason: "unregistered"})
 			}
+			for _, dl := range q.dlxHeld {
+				b.observe(Event{Kind: EventLost, Queue: q.name, MessageID: dl.m.pub.MessageId, Priority: dl.m.pub.Priority, Reason: "unregistered"})
+			}
+			q.dlxHeld = nil
 			q.purge()
 			q.created = b.now
 		case !crash:

@@ -18,9 +18,15 @@ type QueueInfo struct {
 	// Arguments as declared, in the types amqp091 decodes them to, with the
 	// x-queue-type RabbitMQ 4 records when the client gave none.
 	Arguments amqp.Table
-	Ready     int      // messages waiting to be delivered
-	Unacked   int      // messages delivered and not yet settled
-	Consumers []string // consumer tags, sorted
+	Ready     int // messages waiting to be delivered
+	Unacked   int // messages delivered and not yet settled
+	// DeadLettering counts the at-least-once dead letters the queue holds
+	// for a resend after a target refused them (Timing.DeadLetterResend):
+	// expired, neither ready nor delivered, still the queue's, as the
+	// management API shows a quorum queue's messages beyond its ready
+	// and unacknowledged ones.
+	DeadLettering int
+	Consumers     []string // consumer tags, sorted
 	// Published counts the messages a client published that were routed
 	// to the queue, and Acked the deliveries acknowledged from it, since
 	// it was declared: the management API's message_stats publish and
@@ -79,7 +85,7 @@ func (q *queue) info() QueueInfo {
 	slices.Sort(tags)
 	return QueueInfo{
 		Name: q.name, Type: q.cfg.kind.String(), Durable: q.durable, AutoDelete: q.autoDelete,
-		Exclusive: q.exclusive, Arguments: copyTable(q.args, 0), Ready: q.ready, Unacked: q.unacked,
+		Exclusive: q.exclusive, Arguments: copyTable(q.args, 0), Ready: q.ready, Unacked: q.unacked, DeadLettering: len(q.dlxHeld),
 		Consumers: tags, Published: q.published, Acked: q.acked,
 	}
 }

@@ -35,6 +35,13 @@ const (
 	// stopped", for a classic queue's message that would have expired into
 	// a queue already stopped (Timing.StopSpan).
 	EventLost
+	// EventDeadLetterHeld: a quorum queue's at-least-once dead letter of
+	// the message MessageID, on its way out of Queue, was refused by a
+	// target that had not started again after Broker.Restart or
+	// Broker.Crash, or follows one that was; Queue holds it until it
+	// sends it again, Timing.DeadLetterResend later (dead_letter.go).
+	// EventEnqueued follows when it lands.
+	EventDeadLetterHeld
 )
 
 // Event is one thing that happened inside the broker, for a simulation or a

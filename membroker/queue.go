@@ -185,6 +185,14 @@ type queue struct {
 	unsynced []*message // classic: messages whose arrival is not yet on disk; also ones gone since (acknowledged, even recycled), which sync skips by their in
 	touched  time.Time  // classic: its last arrival, delivery or settlement
 	syncs    uint64     // classic: how many times it has written to disk
+
+	// After a Restart or Crash (Timing.BootSpan, DeadLetterResend;
+	// deadletter_resend.go): when the quorum queue has started again, the
+	// at-least-once dead letters it holds because a target refused them,
+	// and when it sends them again.
+	bootAt      time.Time
+	dlxHeld     []deadLetterInFlight
+	dlxResendAt time.Time
 }
 
 func (q *queue) isQuorum() bool { return q.cfg.kind == quorumKind }

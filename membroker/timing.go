@@ -73,6 +73,24 @@ type Timing struct {
 	// order, after the connections (docs/rabbitmq-semantics.md §13.1).
 	// Defaults to 0: all at one instant, losing nothing.
 	StopSpan time.Duration
+	// BootSpan is how far apart a Restart or Crash starts the quorum
+	// queues again: each starts at a time drawn uniformly from [now, now +
+	// BootSpan]. Until it has, a quorum queue expires nothing and refuses
+	// the at-least-once dead letters another quorum queue sends it (see
+	// DeadLetterResend). RabbitMQ recovers a node's quorum queues one by
+	// one, in no set order, and a rung whose dead-letter worker starts
+	// before the relay queue it sends to has a leader has its first sends
+	// refused (docs/rabbitmq-semantics.md §13.7). Defaults to 0: every queue
+	// at once, refusing nothing.
+	BootSpan time.Duration
+	// DeadLetterResend is how long a quorum queue's at-least-once
+	// dead-letter worker waits before it sends again a dead letter a target
+	// refused: RabbitMQ's dead_letter_worker_publisher_confirm_timeout,
+	// 180 s by default. The worker has 32 dead letters in flight at most,
+	// so every dead letter of that queue after the refused one waits too:
+	// the model holds them all, in order, and sends them together. With it
+	// zero, a refused dead letter is sent at once.
+	DeadLetterResend time.Duration
 	// Seed seeds the draws. Defaults to 0, a seed like any other.
 	Seed uint64
 }
@@ -92,13 +110,17 @@ func (t Timing) Validate() error {
 		return fmt.Errorf("membroker: Timing.QuorumRegister %s is negative", t.QuorumRegister)
 	case t.StopSpan < 0:
 		return fmt.Errorf("membroker: Timing.StopSpan %s is negative", t.StopSpan)
+	case t.BootSpan < 0:
+		return fmt.Errorf("membroker: Timing.BootSpan %s is negative", t.BootSpan)
+	case t.DeadLetterResend < 0:
+		return fmt.Errorf("membroker: Timing.DeadLetterResend %s is negative", t.DeadLetterResend)
 	}
 	return nil
 }
 
 // exact reports whether t draws nothing.
 func (t Timing) exact() bool {
-	return t.Latency <= 0 && t.TimerSlack <= 0 && t.QuorumTick <= 0 && t.StopSpan <= 0
+	return t.Latency <= 0 && t.TimerSlack <= 0 && t.QuorumTick <= 0 && t.StopSpan <= 0 && t.BootSpan <= 0
 }
 
 // timing is a broker's Timing with its generator.

@@ -57,11 +57,16 @@ type QueueLister interface {
 
 // QueueListing is one queue in a QueueLister's answer.
 type QueueListing struct {
-	Name      string
-	Type      string // "classic", "quorum" or "stream"
-	Ready     int    // messages waiting to be delivered
-	Unacked   int    // messages delivered and not yet settled
-	Consumers int
+	Name    string
+	Type    string // "classic", "quorum" or "stream"
+	Ready   int    // messages waiting to be delivered
+	Unacked int    // messages delivered and not yet settled
+	// DeadLettering counts a quorum queue's messages that have expired
+	// (or been rejected) and wait for its dead-letter worker to deliver
+	// them (the management API's messages_dlx); zero for other types, or
+	// when the lister does not count them.
+	DeadLettering int
+	Consumers     int
 	// Published and Acked count the messages published to the queue and
 	// acknowledged from it since it was created (the management API's
 	// message_stats; it counts neither a dead-lettered message nor an
@@ -193,7 +198,8 @@ func (in *Inspector) Ladder(ctx context.Context) (LadderStats, error) {
 		if l.Name == in.top.RelayQueue() {
 			st.Holds = append(st.Holds, HoldStats{Name: l.Name, Type: "relay", Messages: l.Ready + l.Unacked})
 		} else if ttl, ok := in.top.ladderRungTTL(l.Name); ok {
-			st.Holds = append(st.Holds, HoldStats{Name: l.Name, TTL: time.Duration(ttl) * time.Millisecond, Type: "ladder", Messages: l.Ready + l.Unacked})
+			st.Holds = append(st.Holds, HoldStats{Name: l.Name, TTL: time.Duration(ttl) * time.Millisecond, Type: "ladder",
+				Messages: l.Ready + l.Unacked + l.DeadLettering, Due: l.DeadLettering})
 		}
 	}
 	sortHolds(st.Holds)
@@ -207,6 +213,13 @@ type HoldStats struct {
 	TTL      time.Duration
 	Type     string // "ladder" (a rung), "relay" (TTL 0), "classic", or "quorum" (per TTL, from earlier releases)
 	Messages int
+	// Due counts, of Messages, the jobs whose wait in a rung is over and
+	// that the broker has yet to move on (QueueListing.DeadLettering).
+	// After a restart or a kill they can wait for the rung's dead-letter
+	// resend, up to RabbitMQ's dead_letter_worker_publisher_confirm_timeout
+	// (180 s by default; docs/hold-ladder.md, "Holds a fault makes
+	// late").
+	Due int
 }
 
 // Stats reports each named work queue's counts. A queue, or its dead-letter
@@ -374,7 +387,7 @@ func (in *Inspector) holdOf(queue string, l QueueListing) (HoldStats, bool) {
 	if err != nil || ttl <= 0 || strconv.FormatInt(ttl, 10) != rest {
 		return HoldStats{}, false
 	}
-	return HoldStats{Name: l.Name, TTL: time.Duration(ttl) * time.Millisecond, Type: typ, Messages: l.Ready + l.Unacked}, true
+	return HoldStats{Name: l.Name, TTL: time.Duration(ttl) * time.Millisecond, Type: typ, Messages: l.Ready + l.Unacked + l.DeadLettering, Due: l.DeadLettering}, true
 }
 
 // declarePassive reads a queue's counts on a channel of its own (a

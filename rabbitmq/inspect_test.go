@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/google/go-cmp/cmp"
 	"github.com/queuey/queuey/membroker"
 	"github.com/queuey/queuey/queuey"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -55,7 +56,7 @@ type memLister struct{ b *membroker.Broker }
 func (l memLister) ListQueues(context.Context) ([]QueueListing, error) {
 	var out []QueueListing
 	for _, q := range l.b.Queues() {
-		out = append(out, QueueListing{Name: q.Name, Type: q.Type, Ready: q.Ready, Unacked: q.Unacked, Consumers: len(q.Consumers)})
+		out = append(out, QueueListing{Name: q.Name, Type: q.Type, Ready: q.Ready, Unacked: q.Unacked, DeadLettering: q.DeadLettering, Consumers: len(q.Consumers)})
 	}
 	return out, nil
 }
@@ -715,5 +716,49 @@ func TestReadDeadLetterNamesTheLastDeath(t *testing.T) {
 	delete(d.Headers, "x-last-death-queue")
 	if dl := readDeadLetter("jobs.dead", d); dl.Reason != "broker: expired" || dl.Queue != "jobs.deferred.2000" {
 		t.Fatalf("without x-last-death-*, read %+v; want the first death", dl)
+	}
+}
+
+// fixedLister lists what it holds.
+type fixedLister []QueueListing
+
+func (f fixedLister) ListQueues(context.Context) ([]QueueListing, error) { return f, nil }
+
+// The shared ladder's stats: its rungs and relay queue, whatever work
+// queue they hold jobs for, a job the broker has expired and not yet moved
+// on counted as held and as due; other queues left out.
+func TestInspectorLadder(t *testing.T) {
+	broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
+	conn, err := broker.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	in, err := NewInspector(conn.Channel, InspectorOptions{Queues: fixedLister{
+		{Name: "queuey.relay", Type: "quorum", Ready: 2},
+		{Name: "queuey.warm", Type: "quorum"},
+		{Name: "queuey.ladder.1000", Type: "quorum", Ready: 1, DeadLettering: 40},
+		{Name: "queuey.ladder.2000", Type: "quorum", Unacked: 1},
+		{Name: "queuey.ladder.x", Type: "quorum", Ready: 9},
+		{Name: "jobs", Type: "classic", Ready: 5},
+		{Name: "jobs.deferred.ladder.1000", Type: "quorum", Ready: 3},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := in.Ladder(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := LadderStats{Name: "queuey", QuorumQueues: 4, Holds: []HoldStats{
+		{Name: "queuey.relay", Type: "relay", Messages: 2},
+		{Name: "queuey.ladder.1000", TTL: time.Second, Type: "ladder", Messages: 41, Due: 40},
+		{Name: "queuey.ladder.2000", TTL: 2 * time.Second, Type: "ladder", Messages: 1},
+	}}
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Fatalf("Ladder (-want +got):\n%s", diff)
+	}
+	if _, err := (&Inspector{top: Topology{}.WithDefaults()}).Ladder(t.Context()); !errors.Is(err, ErrNoQueueLister) {
+		t.Fatalf("Ladder without a lister: %v", err)
 	}
 }

@@ -71,7 +71,7 @@ func (m *ManagementAPI) ListQueues(ctx context.Context) ([]QueueListing, error) 
 	u := *m.base
 	u.Path += "api/queues/" + m.vhost
 	u.RawPath = m.base.EscapedPath() + "api/queues/" + url.PathEscape(m.vhost)
-	u.RawQuery = "columns=name,type,messages_ready,messages_unacknowledged,consumers,message_stats.publish,message_stats.ack"
+	u.RawQuery = "columns=name,type,messages_ready,messages_unacknowledged,messages_dlx,consumers,message_stats.publish,message_stats.ack"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
@@ -95,6 +95,7 @@ func (m *ManagementAPI) ListQueues(ctx context.Context) ([]QueueListing, error) 
 		Type      string `json:"type"`
 		Ready     int    `json:"messages_ready"`
 		Unacked   int    `json:"messages_unacknowledged"`
+		DLX       int    `json:"messages_dlx"` // quorum queues only
 		Consumers int    `json:"consumers"`
 		// Absent until the queue has seen a message.
 		Stats struct {
@@ -107,7 +108,7 @@ func (m *ManagementAPI) ListQueues(ctx context.Context) ([]QueueListing, error) 
 	}
 	out := make([]QueueListing, len(queues))
 	for i, q := range queues {
-		out[i] = QueueListing{Name: q.Name, Type: q.Type, Ready: q.Ready, Unacked: q.Unacked, Consumers: q.Consumers,
+		out[i] = QueueListing{Name: q.Name, Type: q.Type, Ready: q.Ready, Unacked: q.Unacked, DeadLettering: q.DLX, Consumers: q.Consumers,
 			Published: q.Stats.Publish, Acked: q.Stats.Ack}
 	}
 	return out, nil

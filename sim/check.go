@@ -226,6 +226,15 @@ func (r *runner) observe(ev membroker.Event) {
 		}
 	case membroker.EventLost:
 		r.crashLost(qr, ev)
+	case membroker.EventDeadLetterHeld:
+		// A rung's dead letter, refused by a relay queue not started again
+		// yet: it comes back DeadLetterResend later (docs/hold-ladder.md,
+		// "What a restart still does").
+		if j := r.job(jobNumber(ev.MessageID)); j != nil {
+			if k := r.pendingHold(j, r.holdKey(qr, ev.Queue)); k >= 0 {
+				j.holds[k].held = true
+			}
+		}
 	case membroker.EventDelivered:
 		switch qr.role {
 		case roleWork:
@@ -376,9 +385,12 @@ func (r *runner) enqueued(qr queueRole, ev membroker.Event) {
 		}
 		if k := r.pendingHold(j, ev.Queue); k >= 0 {
 			h := &j.holds[k]
-			if late := r.now() - (h.rungAt + h.rung); late < 0 || late > expiryResolution+r.releaseSlack {
+			due := h.rungAt + h.rung
+			booting := due < r.bootEnd && r.now() <= r.bootEnd+expiryResolution+r.releaseSlack // the rung started late
+			if late := r.now() - due; late < 0 || (late > expiryResolution+r.releaseSlack && !h.held && !booting) {
 				r.violate(invNotStuck, j, fmt.Sprintf("entered %s at %s, released %s after its TTL", ev.DeadLetteredFrom, appendVirtual(nil, h.rungAt), late))
 			}
+			h.held = false
 		}
 	case roleHold, roleWait:
 		c := &r.cur
@@ -432,6 +444,10 @@ func (r *runner) enqueued(qr queueRole, ev membroker.Event) {
 	}
 }
 
+// lateHold is how late a hold's release must be for Result.LateHolds to
+// count it: a second, well past what rounding, timers and relays add.
+const lateHold = time.Second
+
 // deliveryLimit is a quorum queue's delivery limit on RabbitMQ 4 when
 // nothing sets it: x-delivery-limit is not among the backend's arguments.
 const deliveryLimit = 20
@@ -454,6 +470,13 @@ func (r *runner) released(q *simQueue, j *job, ev membroker.Event, from string) 
 		Detail: ev.DeadLetteredFrom, Late: late})
 	added := now - (h.at + h.delay)
 	r.res.AddedWait.Add(added)
+	if late > lateHold {
+		r.res.LateHolds++
+		if h.kind == queuey.HoldDeferred {
+			r.res.LateDeferrals++
+		}
+		r.res.LatestHold = max(r.res.LatestHold, Duration(late))
+	}
 	if h.kind == queuey.HoldDeferred {
 		r.res.DeferredAddedWait.Add(added)
 	} else {

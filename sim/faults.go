@@ -200,6 +200,7 @@ func (r *runner) brokerDown(f Fault) {
 				r.broker.Restart()
 			}
 			r.restarting = false
+			r.bootEnd = r.now() + r.bootSpan
 			r.reconnectAdmin() // the harness's own connection, not queuey's: back at once
 			return
 		}

@@ -15,7 +15,9 @@ import (
 // the way in.
 func liveFaultWorkload(seed uint64, kind string) Scenario {
 	return Scenario{
-		Name: "live-fault-workload", Seed: seed, Duration: dur(12500 * time.Millisecond), Drain: dur(time.Minute),
+		// The drain waits out a rung's resend of the dead letters a restart
+		// or kill had refused (Timing.DeadLetterResend, 180 s).
+		Name: "live-fault-workload", Seed: seed, Duration: dur(12500 * time.Millisecond), Drain: dur(4 * time.Minute),
 		Topology: Topology{RetryGranularity: dur(100 * time.Millisecond), DeferredGranularity: dur(100 * time.Millisecond)},
 		Queues: []Queue{{
 			Workers: 2, Prefetch: 20,

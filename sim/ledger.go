@@ -62,6 +62,11 @@ type pendingHold struct {
 	ttl          time.Duration
 	delay        time.Duration
 	kind         queuey.HoldKind
+	// held says that its rung's dead letter was refused after a restart
+	// or kill and waits for the rung's resend (membroker.Timing
+	// .DeadLetterResend): its release from the rung comes late, as the
+	// broker's does.
+	held bool
 }
 
 // deadWant is a dead letter queuey published for the job.

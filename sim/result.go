@@ -45,6 +45,16 @@ type Result struct {
 	// its first delivery.
 	DeferredWait Histogram `json:"deferred_wait"`
 	BacklogWait  Histogram `json:"backlog_wait"`
+	// LateHolds counts holds released into their work queue more than a
+	// second after they were due (their rounded TTL after they were
+	// issued), LateDeferrals the deferrals among them, and LatestHold is
+	// the latest release. Faults make them: a broker down, a worker gone
+	// that would have relayed, a rung whose dead letters the broker
+	// refused after a restart and sends again only
+	// Timing.DeadLetterResend later (docs/hold-ladder.md).
+	LateHolds     int      `json:"late_holds"`
+	LateDeferrals int      `json:"late_deferrals"`
+	LatestHold    Duration `json:"latest_hold"`
 
 	HoldQueuesPeak    int     `json:"hold_queues_peak"`
 	HoldQueuesMean    float64 `json:"hold_queues_mean"` // time-weighted
@@ -167,7 +177,7 @@ func (r *runner) finish() *Result {
 	for _, qi := range r.broker.Queues() {
 		switch r.classify(qi.Name).role {
 		case roleWork, roleHold, roleWait, roleRelay:
-			onBroker += qi.Ready + qi.Unacked
+			onBroker += qi.Ready + qi.Unacked + qi.DeadLettering
 		}
 	}
 	pendingMalformed := 0

@@ -195,6 +195,11 @@ type oracle struct {
 	// still be on time (invariant 2), beyond expiryResolution: the
 	// broker's timer slack.
 	releaseSlack time.Duration
+	// bootSpan is the broker's Timing.BootSpan, and bootEnd when the
+	// quorum queues have all started again after the last restart or
+	// kill: a rung expires nothing before it has, so a hold due in between
+	// may be released as late as bootEnd (invariant 2).
+	bootSpan, bootEnd time.Duration
 
 	jobs     jobTable
 	freeJobs []*job // retired, for reuse
@@ -379,6 +384,7 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	// than the broker's timer slack allows.
 	if !s.Timing.Exact {
 		r.releaseSlack = s.Timing.TimerSlack.D()
+		r.bootSpan = s.Timing.BootSpan.D()
 	}
 
 	var configs []queuey.QueueConfig
@@ -476,6 +482,7 @@ func (r *runner) deployBefore() error {
 	_ = b.Close()
 	_ = conn.Close()
 	r.broker.Restart()
+	r.broker.Started() // up a while before the run: every queue has started
 	return nil
 }
 

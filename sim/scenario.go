@@ -164,6 +164,17 @@ type Timing struct {
 	// hold's job due after its work queue stopped, and before the hold
 	// did, is lost. Defaults to DefaultStopSpan.
 	StopSpan Duration `json:"stop_span,omitempty"`
+	// BootSpan is how far apart a restart or kill starts the quorum
+	// queues again: a rung whose dead letters go out before the ladder's
+	// relay queue has started has them refused, and sends them, and every
+	// one after them, only DeadLetterResend later. Defaults to
+	// DefaultBootSpan.
+	BootSpan Duration `json:"boot_span,omitempty"`
+	// DeadLetterResend is how long a quorum queue waits before it sends a
+	// refused dead letter again (RabbitMQ's
+	// dead_letter_worker_publisher_confirm_timeout). Defaults to
+	// DefaultDeadLetterResend.
+	DeadLetterResend Duration `json:"dead_letter_resend,omitempty"`
 }
 
 // The broker timing a scenario gets by default, from the live RabbitMQ
@@ -203,6 +214,14 @@ const (
 // (sim's liveFaultWorkload), over 30 seeds, loses 10 in 8.
 const DefaultStopSpan = 4 * time.Millisecond
 
+// What a restart or a kill does to the hold ladder's releases, by default
+// (docs/rabbitmq-semantics.md §13.7): RabbitMQ's
+// dead_letter_worker_publisher_confirm_timeout is 180 s; BOOTSPAN_WHY
+const (
+	DefaultBootSpan         = 2 * time.Second
+	DefaultDeadLetterResend = 180 * time.Second
+)
+
 // membroker returns the timing membroker models for t (defaults applied),
 // its draws seeded from seed.
 func (t Timing) membroker(seed uint64) membroker.Timing {
@@ -212,6 +231,7 @@ func (t Timing) membroker(seed uint64) membroker.Timing {
 	return membroker.Timing{
 		Latency: t.Latency.D(), TimerSlack: t.TimerSlack.D(), QuorumTick: t.QuorumTick.D(),
 		ClassicSync: t.ClassicSync.D(), QuorumRegister: t.QuorumRegister.D(), StopSpan: t.StopSpan.D(),
+		BootSpan: t.BootSpan.D(), DeadLetterResend: t.DeadLetterResend.D(),
 		Seed: splitmix(seed ^ streamBroker),
 	}
 }

@@ -97,6 +97,12 @@ func (s Scenario) WithDefaults() Scenario {
 		if s.Timing.StopSpan == 0 {
 			s.Timing.StopSpan = Duration(DefaultStopSpan)
 		}
+		if s.Timing.BootSpan == 0 {
+			s.Timing.BootSpan = Duration(DefaultBootSpan)
+		}
+		if s.Timing.DeadLetterResend == 0 {
+			s.Timing.DeadLetterResend = Duration(DefaultDeadLetterResend)
+		}
 	}
 	qs := make([]Queue, len(s.Queues))
 	for i, q := range s.Queues {
@@ -208,7 +214,8 @@ func (s Scenario) Validate() error {
 		name string
 		d    Duration
 	}{{"latency", s.Timing.Latency}, {"timer_slack", s.Timing.TimerSlack}, {"quorum_tick", s.Timing.QuorumTick},
-		{"classic_sync", s.Timing.ClassicSync}, {"quorum_register", s.Timing.QuorumRegister}, {"stop_span", s.Timing.StopSpan}} {
+		{"classic_sync", s.Timing.ClassicSync}, {"quorum_register", s.Timing.QuorumRegister}, {"stop_span", s.Timing.StopSpan},
+		{"boot_span", s.Timing.BootSpan}, {"dead_letter_resend", s.Timing.DeadLetterResend}} {
 		if f.d < 0 {
 			return fieldErr("timing."+f.name, "must not be negative, got %s", f.d.D())
 		}

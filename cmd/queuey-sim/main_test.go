@@ -483,7 +483,7 @@ func TestUnexpectedViolations(t *testing.T) {
 			t.Errorf("no %q in:\n%s", want, b.String())
 		}
 	}
-	if got := tableRow(newRowReport(rows[1]))[14]; got != "4 expected (inv. 2) + 1 other" {
+	if got := tableRow(newRowReport(rows[1]))[16]; got != "4 expected (inv. 2) + 1 other" {
 		t.Errorf("legacy violations cell %q", got)
 	}
 }

@@ -78,6 +78,12 @@ type rowReport struct {
 	// Abandoned those of them the worker abandoned (sim.Result).
 	TimedOut   int `json:"timed_out"`
 	Abandoned  int `json:"abandoned"`
+	// LateHolds counts holds released more than a second after they were
+	// due, LateDeferrals the deferrals among them, LatestHold the latest
+	// (sim.Result).
+	LateHolds     int          `json:"late_holds"`
+	LateDeferrals int          `json:"late_deferrals"`
+	LatestHold    sim.Duration `json:"latest_hold"`
 	Violations int `json:"violations"`
 	// ViolationsByInvariant counts the violations by invariant number.
 	ViolationsByInvariant map[string]int `json:"violations_by_invariant"`
@@ -143,6 +149,7 @@ func newRowReport(r row) rowReport {
 		QuorumQueues: res.QuorumQueues, LadderQueues: res.LadderQueues, WorkQueues: res.WorkQueues,
 		AddedWait: res.RetryAddedWait.Summary(), DeferredAddedWait: res.DeferredAddedWait.Summary(), DeferredWait: res.DeferredWait.Summary(), BacklogWait: res.BacklogWait.Summary(),
 		Jobs: res.Jobs, DeadByReason: res.DeadByReason, Deferrals: res.Deferrals, TimedOut: res.TimedOut, Abandoned: res.Abandoned,
+		LateHolds: res.LateHolds, LateDeferrals: res.LateDeferrals, LatestHold: res.LatestHold,
 		Violations: res.ViolationCount, ViolationsByInvariant: map[string]int{}, TraceHash: res.TraceHash,
 		Periodic: res.Periodic,
 	}
@@ -340,6 +347,9 @@ timed out: handler runs past their queue's Timeout, a failed attempt each; "(N a
   counts those whose handler ignored its context, settled AbandonGrace (5s) later without it.
 lost: confirmed jobs the broker dropped: with a hold queue that expired while they were in it,
   or in a restart or kill fault of the scenario.
+late holds: holds released over 1s after they were due, and the latest: a fault's doing (the
+  broker down, no worker to relay, or after a restart or kill a rung whose dead letters the
+  broker refused and sends again only 180s later, with every one after them).
 invariant violations must be 0.
 `
 
@@ -365,8 +375,17 @@ func tableRow(r rowReport) []string {
 		fmtDur(r.AddedWait.P50), fmtDur(r.AddedWait.P99), fmtDur(r.AddedWait.Max),
 		fmtDur(r.DeferredWait.P50), fmtDur(r.DeferredWait.P99),
 		fmtDur(r.BacklogWait.P50), fmtDur(r.BacklogWait.P99),
-		fmtTimedOut(r), strconv.Itoa(r.Jobs.DeadLettered), strconv.Itoa(r.Jobs.Lost), viol,
+		fmtTimedOut(r), strconv.Itoa(r.Jobs.DeadLettered), strconv.Itoa(r.Jobs.Lost),
+		strconv.Itoa(r.LateHolds), fmtLatest(r), viol,
 	}
+}
+
+// fmtLatest is the latest hold's cell: how late, or "-" if none was late.
+func fmtLatest(r rowReport) string {
+	if r.LateHolds == 0 {
+		return "-"
+	}
+	return fmtDur(r.LatestHold.D())
 }
 
 // fmtTimedOut is the timed-out runs cell: how many, and how many of them
@@ -381,12 +400,12 @@ func fmtTimedOut(r rowReport) string {
 // newTable returns the sweep table's columns and their group headers.
 func newTable() *table {
 	return &table{
-		heads: []string{"granularity", "peak", "mean", "per second", "p50", "p99", "max", "p50", "p99", "p50", "p99", "timed out", "dead-lettered", "lost", "violations"},
+		heads: []string{"granularity", "peak", "mean", "per second", "p50", "p99", "max", "p50", "p99", "p50", "p99", "timed out", "dead-lettered", "lost", "count", "latest", "violations"},
 		groups: []group{
 			{"retry", 0, 1}, {"hold queues", 1, 3}, {"decl./relays", 3, 4}, {"added wait", 4, 7},
-			{"deferred wait", 7, 9}, {"backlog wait", 9, 11}, {"runs", 11, 12}, {"jobs", 12, 14}, {"invariant", 14, 15},
+			{"deferred wait", 7, 9}, {"backlog wait", 9, 11}, {"runs", 11, 12}, {"jobs", 12, 14}, {"late holds", 14, 16}, {"invariant", 16, 17},
 		},
-		leftCols: map[int]bool{0: true, 14: true},
+		leftCols: map[int]bool{0: true, 16: true},
 	}
 }
 
@@ -398,7 +417,7 @@ func writeCSV(w io.Writer, rep *report) error {
 		"hold_queues_peak", "hold_queues_mean", "declarations_per_second", "relays_per_second",
 		"added_wait_p50_ms", "added_wait_p99_ms", "added_wait_max_ms",
 		"deferred_wait_p50_ms", "deferred_wait_p99_ms", "backlog_wait_p50_ms", "backlog_wait_p99_ms",
-		"timed_out", "abandoned", "dead_lettered", "lost", "violations", "expected_violations", "trace_hash",
+		"timed_out", "abandoned", "dead_lettered", "lost", "late_holds", "latest_hold_ms", "violations", "expected_violations", "trace_hash",
 	}); err != nil {
 		return err
 	}
@@ -409,7 +428,8 @@ func writeCSV(w io.Writer, rep *report) error {
 			ms(r.AddedWait.P50), ms(r.AddedWait.P99), ms(r.AddedWait.Max),
 			ms(r.DeferredWait.P50), ms(r.DeferredWait.P99), ms(r.BacklogWait.P50), ms(r.BacklogWait.P99),
 			strconv.Itoa(r.TimedOut), strconv.Itoa(r.Abandoned),
-			strconv.Itoa(r.Jobs.DeadLettered), strconv.Itoa(r.Jobs.Lost), strconv.Itoa(r.Violations), strconv.Itoa(r.ExpectedViolations), r.TraceHash,
+			strconv.Itoa(r.Jobs.DeadLettered), strconv.Itoa(r.Jobs.Lost), strconv.Itoa(r.LateHolds), ms(r.LatestHold.D()),
+			strconv.Itoa(r.Violations), strconv.Itoa(r.ExpectedViolations), r.TraceHash,
 		}
 		if err := cw.Write(rec); err != nil {
 			return err

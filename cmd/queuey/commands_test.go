@@ -347,3 +347,27 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// The stats table's ladder line says how many held jobs the broker has
+// expired and not yet moved on, which after a restart can take minutes.
+func TestStatsTableSaysWhatTheLadderHasDue(t *testing.T) {
+	var out strings.Builder
+	a := &app{stdout: &out, stderr: &out}
+	st := []rabbitmq.QueueStats{{Queue: "jobs", Listed: true, Holds: []rabbitmq.HoldStats{}, QuorumQueues: 2}}
+	ladder := &rabbitmq.LadderStats{Name: "queuey", QuorumQueues: 24, Holds: []rabbitmq.HoldStats{
+		{Name: "queuey.relay", Type: "relay"},
+		{Name: "queuey.ladder.1000", TTL: time.Second, Type: "ladder", Messages: 41, Due: 40},
+	}}
+	if _, err := a.statsTable(st, ladder); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`the hold ladder "queuey", shared by every work queue: 2 hold queues, 41 jobs held`,
+		"40 of them are due and not yet moved on by the broker: after a restart or a kill, a rung can hold them up to 3 minutes",
+		"26 quorum queues for these work queues and the ladder",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in:\n%s", want, out.String())
+		}
+	}
+}

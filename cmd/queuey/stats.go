@@ -77,12 +77,19 @@ func (a *app) statsTable(st []rabbitmq.QueueStats, ladder *rabbitmq.LadderStats)
 	}
 	shared := ""
 	if ladder != nil && len(ladder.Holds) > 0 {
-		held := 0
+		held, due := 0, 0
 		for _, h := range ladder.Holds {
-			held += h.Messages
+			held, due = held+h.Messages, due+h.Due
 		}
 		fmt.Fprintf(a.stdout, "\nthe hold ladder %q, shared by every work queue: %s, %s held\n",
 			ladder.Name, plural(len(ladder.Holds), "1 hold queue", "%d hold queues"), plural(held, "1 job", "%d jobs"))
+		if due > 0 {
+			// What a restart leaves: a rung's dead letters refused at boot
+			// wait for its resend (docs/hold-ladder.md, "Holds a fault
+			// makes late").
+			fmt.Fprintf(a.stdout, "  %s due and not yet moved on by the broker: after a restart or a kill, a rung can hold them up to 3 minutes (dead_letter_worker_publisher_confirm_timeout)\n",
+				plural(due, "1 of them is", "%d of them are"))
+		}
 		quorum += ladder.QuorumQueues
 		shared = " and the ladder"
 	}

@@ -50,6 +50,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, q := range s.broker.Queues() {
 		l := map[string]any{"name": q.Name, "type": q.Type, "messages_ready": q.Ready,
 			"messages_unacknowledged": q.Unacked, "consumers": len(q.Consumers)}
+		if q.Type == "quorum" {
+			l["messages_dlx"] = q.DeadLettering
+		}
 		if q.Published > 0 || q.Acked > 0 {
 			l["message_stats"] = map[string]int64{"publish": q.Published, "ack": q.Acked}
 		}
