@@ -15,6 +15,7 @@ const (
 	evChannelTick             // a RabbitMQ40 channel's tick (acktimeout.go)
 	evConsumerTimeout         // a RabbitMQ43 quorum consumer's timer (acktimeout.go)
 	evDeadLetterResend        // a quorum queue sends its held dead letters again (deadletter_resend.go)
+	evDeadLetterWait          // a quorum queue's dead letters behind a full worker go out (deadletter_resend.go)
 )
 
 type event struct {
@@ -71,6 +72,10 @@ func (b *Broker) advance(now time.Time) {
 		case evDeadLetterResend:
 			if q.dlxResendAt.Equal(ev.at) {
 				b.resendDeadLetters(q)
+			}
+		case evDeadLetterWait:
+			if q.dlxWaitAt.Equal(ev.at) {
+				b.sendWaiting(q)
 			}
 		case evHeadExpiry:
 			if !q.isQuorum() {

@@ -149,19 +149,29 @@ func (b *Broker) landDeadLetters() {
 
 // landDeadLetter delivers dl to those of its targets still there.
 func (b *Broker) landDeadLetter(dl deadLetterInFlight) {
-	live := dl.targets[:0]
-	for _, q := range dl.targets {
-		if !q.deleted {
-			live = append(live, q)
-		}
-	}
-	if b.mustHold(dl.src, live) {
+	live := liveTargets(dl.targets)
+	switch b.deadLetterFate(dl.src, live) {
+	case fateHold:
 		b.holdDeadLetter(dl, live)
+		return
+	case fateWait:
+		b.waitForTargets(dl, live)
 		return
 	}
 	// A quorum queue's at-least-once dead letter waits for its target's
 	// confirm (rabbit_fifo_dlx_worker); every other goes without one.
 	b.deliverTo(live, dl.m, &dl.from, dl.src.cfg.atLeastOnce, dl.src)
+}
+
+// liveTargets is targets without the queues deleted since, in place.
+func liveTargets(targets []*queue) []*queue {
+	live := targets[:0]
+	for _, q := range targets {
+		if !q.deleted {
+			live = append(live, q)
+		}
+	}
+	return live
 }
 
 // closesCycle reports whether dead-lettering into target would repeat a

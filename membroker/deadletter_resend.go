@@ -3,9 +3,10 @@ package membroker
 // A quorum queue's at-least-once dead letters after a restart or a kill:
 // the queues start again one by one (Timing.BootSpan), and a dead letter
 // sent to a quorum queue that has not started is refused; the source's
-// dead-letter worker sends it again only Timing.DeadLetterResend later,
-// and with at most 32 in flight, nothing of that queue's dead-lettering
-// moves meanwhile. RabbitMQ 4.0.5 and 4.3.6, rabbit_fifo_dlx_worker:
+// dead-letter worker sends it again only Timing.DeadLetterResend later.
+// Its worker sends 32 at once at most: those are refused, and the later
+// ones go once the target has started. RabbitMQ 4.0.5 and 4.3.5,
+// rabbit_fifo_dlx_worker:
 // a refused delivery (rejected, or an error from a target whose Ra server
 // is not up) stays pending until the settle_timeout timer re-sends what
 // is older than dead_letter_worker_publisher_confirm_timeout; what a
@@ -17,14 +18,78 @@ import (
 	"time"
 )
 
-// mustHold reports whether src's at-least-once dead letter to targets
-// waits: src already holds dead letters (they leave in order), or a
-// quorum target has not started yet and refuses it.
-func (b *Broker) mustHold(src *queue, targets []*queue) bool {
+// deadLetterPrefetch is how many dead letters a quorum queue's
+// dead-letter worker has out at once, sent and not yet confirmed:
+// RabbitMQ's dead_letter_worker_consumer_prefetch, 32 by default.
+const deadLetterPrefetch = 32
+
+// Fates of an at-least-once dead letter (deadLetterFate).
+const (
+	fateDeliver = iota // to its targets now
+	fateHold           // refused: held for the resend
+	fateWait           // behind a full worker: sent once its targets have started
+)
+
+// deadLetterFate says what becomes of src's at-least-once dead letter to
+// targets. A quorum target that has not started refuses it, and src holds
+// it for the resend. Its worker sends at most deadLetterPrefetch at once,
+// and what then becomes of the later ones is measured, not derived
+// (docs/hold-ladder.md, "Holds a fault makes late", 4.0.5): after a kill,
+// a stalled rung's later releases waited for the resend too (536
+// deferrals late), and the model holds them all; after a restart only the
+// first ones did (82 late, the rest on time), and the model lets the
+// later ones wait only for the targets to start.
+func (b *Broker) deadLetterFate(src *queue, targets []*queue) int {
 	if !src.isQuorum() || !src.cfg.atLeastOnce || b.timing.DeadLetterResend <= 0 {
-		return false
+		return fateDeliver
 	}
-	return len(src.dlxHeld) > 0 || b.refuses(targets)
+	full := len(src.dlxHeld) >= deadLetterPrefetch
+	switch {
+	case full && src.dlxStallAll:
+		return fateHold
+	case len(src.dlxWaiting) > 0:
+		return fateWait // in order, behind those already waiting
+	case !b.refuses(targets):
+		return fateDeliver
+	case !full:
+		return fateHold
+	}
+	return fateWait
+}
+
+// waitForTargets keeps dl, bound for targets, in its source until they
+// have all started.
+func (b *Broker) waitForTargets(dl deadLetterInFlight, targets []*queue) {
+	src := dl.src
+	dl.targets = slices.Clone(targets)
+	src.dlxWaiting = append(src.dlxWaiting, dl)
+	if !src.dlxWaitAt.IsZero() {
+		return
+	}
+	at := b.now
+	for _, t := range targets {
+		if t.bootAt.After(at) {
+			at = t.bootAt
+		}
+	}
+	src.dlxWaitAt = at
+	b.schedule(at, evDeadLetterWait, src)
+}
+
+// sendWaiting sends src's dead letters that waited for their targets to
+// start, in order.
+func (b *Broker) sendWaiting(src *queue) {
+	src.dlxWaitAt = time.Time{}
+	waiting := src.dlxWaiting
+	src.dlxWaiting = nil
+	for _, dl := range waiting {
+		live := liveTargets(dl.targets)
+		if b.refuses(live) { // a target started again since: wait anew
+			b.waitForTargets(dl, live)
+			continue
+		}
+		b.deliverTo(live, dl.m, &dl.from, true, src)
+	}
 }
 
 // refuses reports whether a quorum queue among targets has not started
@@ -61,15 +126,11 @@ func (b *Broker) armResend(src *queue, at time.Time) {
 // when they all wait another DeadLetterResend.
 func (b *Broker) resendDeadLetters(src *queue) {
 	src.dlxResendAt = time.Time{}
+	src.dlxStallAll = false // a worker that got its confirms has room again
 	held := src.dlxHeld
 	src.dlxHeld = nil
 	for i, dl := range held {
-		live := dl.targets[:0]
-		for _, t := range dl.targets {
-			if !t.deleted {
-				live = append(live, t)
-			}
-		}
+		live := liveTargets(dl.targets)
 		if b.refuses(live) {
 			src.dlxHeld = append(src.dlxHeld, held[i:]...)
 			b.armResend(src, b.now.Add(b.timing.DeadLetterResend))
@@ -79,12 +140,15 @@ func (b *Broker) resendDeadLetters(src *queue) {
 	}
 }
 
-// rebootQueue is a Restart's or Crash's start of quorum queue q again,
+// rebootQueue is a Restart's or Crash's (crash) start of quorum queue q again,
 // at a time drawn from Timing.BootSpan. A dead-letter worker's state
 // lives in memory: the next one sends what q held at once, when q starts.
-func (b *Broker) rebootQueue(q *queue) {
+func (b *Broker) rebootQueue(q *queue, crash bool) {
 	q.bootAt = b.now.Add(b.timing.upTo(b.timing.BootSpan))
-	q.dlxResendAt = time.Time{}
+	q.dlxStallAll = crash
+	q.dlxResendAt, q.dlxWaitAt = time.Time{}, time.Time{}
+	q.dlxHeld = append(q.dlxHeld, q.dlxWaiting...) // all the new worker's to send
+	q.dlxWaiting = nil
 	if len(q.dlxHeld) > 0 {
 		b.armResend(q, q.bootAt)
 	}
@@ -105,6 +169,10 @@ func (b *Broker) Started() {
 		q.bootAt = b.now
 		if len(q.dlxHeld) > 0 {
 			b.armResend(q, b.now)
+		}
+		if len(q.dlxWaiting) > 0 {
+			q.dlxWaitAt = b.now
+			b.schedule(b.now, evDeadLetterWait, q)
 		}
 		b.run(q)
 	}

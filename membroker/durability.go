@@ -151,7 +151,7 @@ func (b *Broker) restart(crash bool) {
 	// a message (Timing.BootSpan).
 	for _, name := range b.queueNames() {
 		if q := b.queues[name]; q.durable && q.isQuorum() {
-			b.rebootQueue(q)
+			b.rebootQueue(q, crash)
 		}
 	}
 	for _, name := range b.queueNames() {
@@ -190,7 +190,7 @@ func (b *Broker) restart(crash bool) {
 			for _, dl := range q.dlxHeld {
 				b.observe(Event{Kind: EventLost, Queue: q.name, MessageID: dl.m.pub.MessageId, Priority: dl.m.pub.Priority, Reason: "unregistered"})
 			}
-			q.dlxHeld = nil
+			q.dlxHeld = nil // rebootQueue has moved what waited here
 			q.purge()
 			q.created = b.now
 		case !crash:

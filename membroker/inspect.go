@@ -85,7 +85,7 @@ func (q *queue) info() QueueInfo {
 	slices.Sort(tags)
 	return QueueInfo{
 		Name: q.name, Type: q.cfg.kind.String(), Durable: q.durable, AutoDelete: q.autoDelete,
-		Exclusive: q.exclusive, Arguments: copyTable(q.args, 0), Ready: q.ready, Unacked: q.unacked, DeadLettering: len(q.dlxHeld),
+		Exclusive: q.exclusive, Arguments: copyTable(q.args, 0), Ready: q.ready, Unacked: q.unacked, DeadLettering: len(q.dlxHeld) + len(q.dlxWaiting),
 		Consumers: tags, Published: q.published, Acked: q.acked,
 	}
 }

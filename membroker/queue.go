@@ -193,6 +193,13 @@ type queue struct {
 	bootAt      time.Time
 	dlxHeld     []deadLetterInFlight
 	dlxResendAt time.Time
+	// dlxWaiting are dead letters behind a full worker, sent once their
+	// targets have started, at dlxWaitAt.
+	dlxWaiting []deadLetterInFlight
+	dlxWaitAt  time.Time
+	// dlxStallAll says that, since a Crash, a full worker (deadLetterPrefetch
+	// refused) holds back every later dead letter until the resend.
+	dlxStallAll bool
 }
 
 func (q *queue) isQuorum() bool { return q.cfg.kind == quorumKind }

@@ -86,10 +86,11 @@ type Timing struct {
 	// DeadLetterResend is how long a quorum queue's at-least-once
 	// dead-letter worker waits before it sends again a dead letter a target
 	// refused: RabbitMQ's dead_letter_worker_publisher_confirm_timeout,
-	// 180 s by default. The worker has 32 dead letters in flight at most,
-	// so every dead letter of that queue after the refused one waits too:
-	// the model holds them all, in order, and sends them together. With it
-	// zero, a refused dead letter is sent at once.
+	// 180 s by default. The worker has 32 dead letters out at most: the
+	// model refuses that many, holds them and sends them together, and
+	// lets the later ones wait only for the target to start, as the live
+	// broker did (docs/rabbitmq-semantics.md §13.7). With it zero, a
+	// refused dead letter is sent at once.
 	DeadLetterResend time.Duration
 	// Seed seeds the draws. Defaults to 0, a seed like any other.
 	Seed uint64

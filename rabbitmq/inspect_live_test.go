@@ -202,22 +202,6 @@ func runLiveRedriven(t *testing.T, b *Backend, queues []queuey.QueueConfig, n in
 	return runs
 }
 
-// heldIn is the one hold queue that holds a message, "" if none or more
-// do.
-func heldIn(holds []HoldStats) string {
-	in, n := "", 0
-	for _, h := range holds {
-		n += h.Messages
-		if h.Messages > 0 {
-			in = h.Name
-		}
-	}
-	if n != 1 {
-		return ""
-	}
-	return in
-}
-
 // The broker's own dead letters (a quorum queue's delivery limit) read
 // with one reason; with the management API, Stats finds hold queues.
 func TestLiveInspectorBrokerDeadLettersAndStats(t *testing.T) {

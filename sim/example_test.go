@@ -36,7 +36,7 @@ func ExampleRun() {
 	fmt.Printf("hold queues created %d, added wait max %s\n", res.HoldQueuesCreated, res.AddedWait.Max())
 	// Output:
 	// succeeded 1, attempts [0 0 1], deferrals 1, violations 0
-	// hold queues created 22, added wait max 4.082795ms
+	// hold queues created 22, added wait max 6.269137ms
 }
 
 // The negative control: with one shared wait queue and per-message

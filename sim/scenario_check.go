@@ -97,8 +97,8 @@ func (s Scenario) WithDefaults() Scenario {
 		if s.Timing.StopSpan == 0 {
 			s.Timing.StopSpan = Duration(DefaultStopSpan)
 		}
-		if s.Timing.BootSpan == 0 {
-			s.Timing.BootSpan = Duration(DefaultBootSpan)
+		if s.Timing.BootSpan == 0 && s.Profile == membroker.RabbitMQ40.String() {
+			s.Timing.BootSpan = Duration(DefaultBootSpan40)
 		}
 		if s.Timing.DeadLetterResend == 0 {
 			s.Timing.DeadLetterResend = Duration(DefaultDeadLetterResend)

@@ -76,15 +76,15 @@ type rowReport struct {
 	Deferrals         int            `json:"deferrals"`
 	// TimedOut counts handler runs that overran their queue's Timeout,
 	// Abandoned those of them the worker abandoned (sim.Result).
-	TimedOut   int `json:"timed_out"`
-	Abandoned  int `json:"abandoned"`
+	TimedOut  int `json:"timed_out"`
+	Abandoned int `json:"abandoned"`
 	// LateHolds counts holds released more than a second after they were
 	// due, LateDeferrals the deferrals among them, LatestHold the latest
 	// (sim.Result).
 	LateHolds     int          `json:"late_holds"`
 	LateDeferrals int          `json:"late_deferrals"`
 	LatestHold    sim.Duration `json:"latest_hold"`
-	Violations int `json:"violations"`
+	Violations    int          `json:"violations"`
 	// ViolationsByInvariant counts the violations by invariant number.
 	ViolationsByInvariant map[string]int `json:"violations_by_invariant"`
 	// ExpectedViolations are the legacy row's invariant-2 violations: its
@@ -348,8 +348,8 @@ timed out: handler runs past their queue's Timeout, a failed attempt each; "(N a
 lost: confirmed jobs the broker dropped: with a hold queue that expired while they were in it,
   or in a restart or kill fault of the scenario.
 late holds: holds released over 1s after they were due, and the latest: a fault's doing (the
-  broker down, no worker to relay, or after a restart or kill a rung whose dead letters the
-  broker refused and sends again only 180s later, with every one after them).
+  broker down, no worker to relay, or a rung whose releases the broker refused after a restart
+  or kill and sends again only 180s later).
 invariant violations must be 0.
 `
 
