@@ -178,12 +178,17 @@ func htmlUnescape(s string) string { return html.UnescapeString(s) }
 
 func TestOverviewListsWorkQueuesWithTheirCounts(t *testing.T) {
 	f := newFixture(t, Options{}, "jobs", "mail")
+	e := queuey.Envelope{ID: "held", Kind: "email", Queue: "jobs", Payload: json.RawMessage(`{}`), Attempt: 2, EnqueuedAt: time.Now()}
+	if err := f.backend.Publish(context.Background(), e, 3*time.Second, queuey.HoldRetry); err != nil {
+		t.Fatal(err)
+	}
 	code, body := f.get(t, "/")
 	if code != http.StatusOK {
 		t.Fatalf("overview: %d\n%s", code, body)
 	}
 	mustContain(t, "overview", body, `<a href="/queues/jobs">jobs</a>`, `<a href="/queues/mail">mail</a>`,
-		`<td class="n ready">2</td>`, `<td class="n dead alert"><a href="/queues/jobs#dead-letters">6</a></td>`, `id="live" data-refresh="2000"`, `/static/app.js`)
+		`<td class="n ready">2</td>`, `<td class="n dead alert"><a href="/queues/jobs#dead-letters">6</a></td>`, `id="live" data-refresh="2000"`, `/static/app.js`,
+		`<p id="ladder">The hold ladder every work queue shares holds 1 job; a queue's Held counts its own hold queues only.</p>`)
 	// The live part alone, as the script fetches it.
 	code, body = f.get(t, "/live")
 	if code != http.StatusOK || strings.Contains(body, "<html") || !strings.Contains(body, `data-queue="jobs"`) {
@@ -483,6 +488,10 @@ type fakeSource struct {
 }
 
 func (s *fakeSource) WorkQueues(context.Context) ([]rabbitmq.QueueStats, error) { return s.stats, nil }
+
+func (s *fakeSource) Ladder(context.Context) (rabbitmq.LadderStats, error) {
+	return rabbitmq.LadderStats{}, nil
+}
 
 // Rates come from two readings a second or more apart; the chart spans
 // the history, and readings closer than Refresh are not kept.

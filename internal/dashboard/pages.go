@@ -139,6 +139,12 @@ type overviewData struct {
 	// AMQPDown says why the broker's AMQP side failed Options.Ping, when
 	// it did.
 	AMQPDown string
+	// LadderHeld is how many jobs the hold ladder every work queue shares
+	// holds, and LadderDue how many of them are due and not yet moved on
+	// by the broker (rabbitmq.HoldStats.Due); Ladder says it exists. A
+	// queue's Held counts its own hold queues only.
+	Ladder                bool
+	LadderHeld, LadderDue int
 }
 
 // readOverview reads every work queue and records the reading.
@@ -150,6 +156,14 @@ func (s *Server) readOverview(r *http.Request) (overviewData, error) {
 	d := overviewData{At: fmtTime(now)}
 	if err != nil {
 		return d, err
+	}
+	ladder, err := s.src.Ladder(ctx)
+	if err != nil {
+		return d, err
+	}
+	d.Ladder = len(ladder.Holds) > 0
+	for _, h := range ladder.Holds {
+		d.LadderHeld, d.LadderDue = d.LadderHeld+h.Messages, d.LadderDue+h.Due
 	}
 	if s.opts.Ping != nil {
 		if err := s.opts.Ping(ctx); err != nil {
