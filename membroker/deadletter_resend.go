@@ -4,14 +4,13 @@ package membroker
 // the queues start again one by one (Timing.BootSpan), and a dead letter
 // sent to a quorum queue that has not started is refused; the source's
 // dead-letter worker sends it again only Timing.DeadLetterResend later.
-// Its worker sends 32 at once at most: those are refused, and the later
-// ones go once the target has started. RabbitMQ 4.0.5 and 4.3.5,
-// rabbit_fifo_dlx_worker:
-// a refused delivery (rejected, or an error from a target whose Ra server
-// is not up) stays pending until the settle_timeout timer re-sends what
-// is older than dead_letter_worker_publisher_confirm_timeout; what a
-// worker had checked out when its node stopped is returned by the next
-// worker's checkout and sent at once (docs/rabbitmq-semantics.md §13.7).
+// Its worker sends 32 at once at most; what becomes of the later ones is
+// deadLetterFate's. RabbitMQ 4.0.5 and 4.3.5, rabbit_fifo_dlx_worker: a
+// refused delivery (rejected, or an error from a target whose Ra server is
+// not up) stays pending until the settle_timeout timer re-sends what is
+// older than dead_letter_worker_publisher_confirm_timeout; what a worker
+// had checked out when its node stopped is returned by the next worker's
+// checkout and sent at once (docs/rabbitmq-semantics.md §13.7).
 
 import (
 	"slices"
