@@ -34,10 +34,10 @@ const (
 // it for the resend. Its worker sends at most deadLetterPrefetch at once,
 // and what then becomes of the later ones is measured, not derived
 // (docs/hold-ladder.md, "Holds a fault makes late", 4.0.5): after a kill,
-// a stalled rung's later releases waited for the resend too (536
-// deferrals late), and the model holds them all; after a restart only the
-// first ones did (82 late, the rest on time), and the model lets the
-// later ones wait only for the targets to start.
+// a stalled rung's later releases waited for the resend too (182 to 536
+// deferrals late), and the model holds them all; after a restart mostly
+// only the first ones did (47 to 228 late, once all 1,000), and the model
+// lets the later ones wait only for the targets to start.
 func (b *Broker) deadLetterFate(src *queue, targets []*queue) int {
 	if !src.isQuorum() || !src.cfg.atLeastOnce || b.timing.DeadLetterResend <= 0 {
 		return fateDeliver
