@@ -220,7 +220,7 @@ const DefaultStopSpan = 4 * time.Millisecond
 // makes late"). RabbitMQ's dead_letter_worker_publisher_confirm_timeout is
 // 180 s. Live, the fault workload had a rung's releases refused and sent 3
 // minutes late after every 4.0.5 restart and kill with holds on the rungs
-// (and once before any hold: 12 of 19 runs), and after none of 4.3.6's
+// (and twice before any hold: 12 of 19 runs), and after none of 4.3.6's
 // 20: the RabbitMQ40 profile starts its quorum queues over
 // DefaultBootSpan40, in a drawn order, and RabbitMQ43 all at once. The span is not measured (a node
 // recovers its queues within its boot, a few seconds here); the order is
