@@ -188,18 +188,20 @@ func (in *Inspector) Ladder(ctx context.Context) (LadderStats, error) {
 		return LadderStats{}, fmt.Errorf("rabbitmq: listing queues: %w", err)
 	}
 	st := LadderStats{Name: in.top.Ladder, Holds: []HoldStats{}}
+	relay, warm := in.top.RelayQueue(), in.top.LadderWarmQueue()
 	for _, l := range listing {
-		if !in.top.isLadderQueue(l.Name) {
+		ttl, rung := in.top.ladderRungTTL(l.Name)
+		switch {
+		case rung:
+			st.Holds = append(st.Holds, HoldStats{Name: l.Name, TTL: time.Duration(ttl) * time.Millisecond, Type: "ladder",
+				Messages: l.Ready + l.Unacked + l.DeadLettering, Due: l.DeadLettering})
+		case l.Name == relay:
+			st.Holds = append(st.Holds, HoldStats{Name: l.Name, Type: "relay", Messages: l.Ready + l.Unacked})
+		case l.Name != warm:
 			continue
 		}
 		if l.Type == "quorum" {
 			st.QuorumQueues++
-		}
-		if l.Name == in.top.RelayQueue() {
-			st.Holds = append(st.Holds, HoldStats{Name: l.Name, Type: "relay", Messages: l.Ready + l.Unacked})
-		} else if ttl, ok := in.top.ladderRungTTL(l.Name); ok {
-			st.Holds = append(st.Holds, HoldStats{Name: l.Name, TTL: time.Duration(ttl) * time.Millisecond, Type: "ladder",
-				Messages: l.Ready + l.Unacked + l.DeadLettering, Due: l.DeadLettering})
 		}
 	}
 	sortHolds(st.Holds)

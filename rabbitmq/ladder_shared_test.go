@@ -13,7 +13,7 @@ import (
 )
 
 // sharedRig is a backend on membroker, inside a synctest bubble, for the
-// shared ladder's tests: no warm-up, its logs kept.
+// shared ladder's tests, its logs kept.
 type sharedRig struct {
 	broker *membroker.Broker
 	conn   *membroker.Connection
@@ -22,14 +22,16 @@ type sharedRig struct {
 	admin  *membroker.Channel
 }
 
-func newSharedRig(t *testing.T, queues ...string) *sharedRig {
+// newSharedRig makes a rig whose backend has Topology.HoldWarmup warmup
+// (0: the default; negative: none) and has declared queues.
+func newSharedRig(t *testing.T, warmup time.Duration, queues ...string) *sharedRig {
 	t.Helper()
 	r := &sharedRig{broker: membroker.New(membroker.Config{Version: membroker.RabbitMQ40}), logs: &backendLogBuffer{}}
 	var err error
 	if r.conn, err = r.broker.Dial(); err != nil {
 		t.Fatal(err)
 	}
-	if r.b, err = New(Channels(r.conn.Channel), Options{Topology: Topology{HoldWarmup: -1}, Logger: slog.New(slog.NewTextHandler(r.logs, nil))}); err != nil {
+	if r.b, err = New(Channels(r.conn.Channel), Options{Topology: Topology{HoldWarmup: warmup}, Logger: slog.New(slog.NewTextHandler(r.logs, nil))}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.b.Close() })
@@ -55,16 +57,8 @@ func (r *sharedRig) ready(name string) int {
 // Without a warm-up the markers are not declared.
 func TestTenWorkQueuesShareOneLadder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
-		conn, err := broker.Dial()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := New(Channels(conn.Channel), Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
+		r := newSharedRig(t, 0)
+		b, broker := r.b, r.broker
 		var cfgs []queuey.QueueConfig
 		for i := range 10 {
 			cfgs = append(cfgs, queuey.QueueConfig{Name: "q" + string(rune('0'+i))})
@@ -99,7 +93,7 @@ func TestTenWorkQueuesShareOneLadder(t *testing.T) {
 // its priority, whoever relays it.
 func TestAWorkerRelaysAnotherQueuesJobs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newSharedRig(t, "mail", "billing")
+		r := newSharedRig(t, -1, "mail", "billing")
 		if err := r.b.Publish(t.Context(), testJob("billing", "invoice", 7), 3*time.Second, queuey.HoldDeferred); err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +127,7 @@ func TestAWorkerRelaysAnotherQueuesJobs(t *testing.T) {
 // relay queue for ever; other jobs go on.
 func TestAJobWhoseWorkQueueWasDeletedIsDropped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newSharedRig(t, "mail", "gone")
+		r := newSharedRig(t, -1, "mail", "gone")
 		if err := r.b.Publish(t.Context(), testJob("gone", "orphan", 0), time.Second, queuey.HoldRetry); err != nil {
 			t.Fatal(err)
 		}
@@ -175,7 +169,7 @@ func TestAJobWhoseWorkQueueWasDeletedIsDropped(t *testing.T) {
 // and back to the work queue whose old relay queue it came from.
 func TestAWorkerDrainsTheLadderOfAnEarlierRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newSharedRig(t)
+		r := newSharedRig(t, -1)
 		quorum := amqp.Table{"x-queue-type": "quorum"}
 		if _, err := r.admin.QueueDeclare("jobs.deferred.relay", true, false, false, false, quorum); err != nil {
 			t.Fatal(err)
@@ -214,23 +208,11 @@ func TestAWorkerDrainsTheLadderOfAnEarlierRelease(t *testing.T) {
 // warm-up: the shared ladder may be as young as its own declaration.
 func TestANewLadderBesideAnOldMarkerWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		broker := membroker.New(membroker.Config{Version: membroker.RabbitMQ40})
-		conn, err := broker.Dial()
-		if err != nil {
+		r := newSharedRig(t, 0)
+		b, broker := r.b, r.broker
+		if _, err := r.admin.QueueDeclare("jobs.deferred.warm", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 			t.Fatal(err)
 		}
-		admin, err := conn.Channel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := admin.QueueDeclare("jobs.deferred.warm", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
-			t.Fatal(err)
-		}
-		b, err := New(Channels(conn.Channel), Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
 		start := time.Now()
 		if err := b.Declare(t.Context(), queuey.QueueConfig{Name: "jobs"}); err != nil {
 			t.Fatal(err)

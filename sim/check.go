@@ -138,9 +138,9 @@ func (r *runner) classifyName(name string) queueRole {
 		// The ladder is shared by every work queue (rabbitmq.Topology.Ladder):
 		// its queues belong to none, and a job's queue is its own.
 		switch {
-		case name == r.top.RelayQueue():
+		case name == r.relayName:
 			return queueRole{role: roleRelay}
-		case strings.HasPrefix(name, r.top.Ladder+".ladder.") && rungTTL(name) > 0:
+		case strings.HasPrefix(name, r.rungPrefix) && rungTTL(name) > 0:
 			return queueRole{role: roleHold}
 		}
 		return queueRole{}
@@ -267,7 +267,7 @@ func (r *runner) holdKey(qr queueRole, name string) string {
 	if r.top.ClassicHolds || qr.role == roleWait {
 		return name
 	}
-	return r.top.RelayQueue()
+	return r.relayName
 }
 
 // bounced is a delivery made inside Broker.Restart: a message one closing
@@ -528,7 +528,7 @@ func (r *runner) relayed(qr queueRole, ev membroker.Event) {
 	if j == nil || jobNumber(ev.MessageID) != j.n {
 		return // a malformed body, or not a job of the run
 	}
-	key := r.top.RelayQueue()
+	key := r.relayName
 	k := r.pendingHold(j, key)
 	if k < 0 {
 		r.failf("job %d relayed to %s but never held on the ladder", j.n, ev.Queue)

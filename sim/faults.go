@@ -162,7 +162,7 @@ func (r *runner) checkConsuming(w *worker) {
 	}
 	check(w.q.spec.Name, w.work)
 	if w.relayWork != nil { // with a hold ladder
-		check(r.top.RelayQueue(), w.relayWork)
+		check(r.relayName, w.relayWork)
 	}
 }
 

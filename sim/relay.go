@@ -71,7 +71,7 @@ func (r *runner) relayAcked(sub *subscription, d *consume.Delivery, n uint64, co
 	j := r.job(n)
 	if !confirmed {
 		r.violate(invConservation, j, fmt.Sprintf("job %d: its relay acknowledged its delivery from %s before the broker confirmed the job's next publish",
-			n, r.top.RelayQueue()))
+			n, r.relayName))
 	}
 	if err := d.Ack(); err != nil {
 		if j != nil {

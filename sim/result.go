@@ -134,7 +134,7 @@ func (r *runner) finish() *Result {
 			continue
 		}
 		res.QuorumQueues++
-		if q.Name == r.top.RelayQueue() || q.Name == r.top.LadderWarmQueue() || strings.HasPrefix(q.Name, r.top.Ladder+".ladder.") {
+		if q.Name == r.relayName || q.Name == r.top.LadderWarmQueue() || strings.HasPrefix(q.Name, r.rungPrefix) {
 			res.LadderQueues++
 		}
 	}

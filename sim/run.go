@@ -195,6 +195,9 @@ type oracle struct {
 	// still be on time (invariant 2), beyond expiryResolution: the
 	// broker's timer slack.
 	releaseSlack time.Duration
+	// relayName and rungPrefix are the hold ladder's relay queue and the
+	// start of its rungs' names, made once: events name them all the time.
+	relayName, rungPrefix string
 	// bootSpan is the broker's Timing.BootSpan, and bootEnd when the
 	// quorum queues have all started again after the last restart or
 	// kill: a rung expires nothing before it has, so a hold due in between
@@ -356,6 +359,7 @@ func newRunner(ctx context.Context, s Scenario, opts Options) (*runner, error) {
 	}
 	r.bg = virtualDeadline{context.Background(), r.clk}
 	r.relay = relay.Core{}
+	r.relayName, r.rungPrefix = r.top.RelayQueue(), r.top.Ladder+".ladder."
 	r.follow = consume.Follow{Supervised: true}
 	if wrap := opts.Sabotage.Follow; wrap != nil {
 		r.follow = wrap(r.follow)

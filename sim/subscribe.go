@@ -44,7 +44,7 @@ func (r *runner) subscribe(w *worker, open func() (rabbitmq.Channel, error)) err
 	}
 	rsub := &subscription{w: w, tag: tag + "-relay", back: w.back, relay: true}
 	r.subs[rsub.tag] = rsub
-	if w.relayWork, err = subscribeOn(open, r.top.RelayQueue(), rsub.tag, relay.Prefetch, nil); err != nil {
+	if w.relayWork, err = subscribeOn(open, r.relayName, rsub.tag, relay.Prefetch, nil); err != nil {
 		return fmt.Errorf("sim: worker consume: the ladder's relay queue: %w", err)
 	}
 	rsub.attach(w.relayWork)
