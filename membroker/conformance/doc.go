@@ -16,6 +16,11 @@
 // this package run both against the broker at AMQP_URL and skip the live
 // half, with a notice, when it is unset.
 //
+// A live run that has set no deadline waits, after each Wait, until its
+// queues' counts are the model's (Expectations): a live broker settles
+// returns, Raft commands and dead letters after it has answered, the model
+// before.
+//
 // Two kinds of run are inconclusive rather than a divergence, and are
 // counted apart in the report. A live run that fell more than MaxLate
 // behind its schedule may have seen a deadline pass that the model had not.

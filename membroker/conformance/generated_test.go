@@ -51,8 +51,8 @@ type fataler interface {
 	Fatalf(format string, args ...any)
 }
 
-// playBoth runs a sequence on the model, then on the live broker with the
-// model's delivery counts as expectations, and returns both traces; onTime
+// playBoth runs a sequence on the model, then on the live broker waiting
+// for what the model saw (conformance.Expectations), and returns both traces; onTime
 // is false when the live side could not keep the schedule (see runLive),
 // raced is true when the order of the model's trace is one of several a
 // live broker may show (see conformance.Model.Raced).
@@ -63,7 +63,7 @@ func playBoth(t fataler, rel release, url string, s conformance.Sequence) (live,
 	if err != nil {
 		t.Fatalf("model: %v", err)
 	}
-	live, _, onTime, err = runLive(url, laterRank, s.Play, mrun.Counts())
+	live, _, onTime, err = runLive(url, laterRank, s.Play, mrun.Expectations())
 	if err != nil {
 		t.Fatalf("live: %v", err)
 	}

@@ -143,6 +143,13 @@ func (l *Live) Wait(d time.Duration) {
 	time.Sleep(time.Until(l.start.Add(l.elapsed)))
 }
 
+// reanchor starts the run's schedule afresh at now: for a run that has
+// set no deadline, whose schedule nothing depends on yet.
+func (l *Live) reanchor() {
+	l.start = time.Now().Add(-l.elapsed)
+	l.late = 0
+}
+
 // Quiet implements Target.
 func (*Live) Quiet() time.Duration { return 150 * time.Millisecond }
 
@@ -322,22 +329,24 @@ type Run struct {
 	conns  []Conn
 	chans  map[Channel]*chanState
 	quorum map[string]bool // queues declared as quorum queues
-	leased map[string]bool // queues declared with x-expires: Quiesce must not touch them
+	leased map[string]bool // queues declared with x-expires: Quiesce and Wait must not read them
 	// shortest is the shortest deadline the run has set (a positive TTL,
 	// expiration or x-expires); zero if it has set none. A TTL of 0 is
 	// not a deadline: such a message expires at once unless a consumer
 	// takes it, whatever the clock says.
 	shortest time.Duration
 	fatal    error
-	// ReceiveAll counts: recorded on a run without expectations (the
-	// model's), consumed as expectations by a run given them (the live one).
-	counts []int
-	expect []int
+	// What ReceiveAll took and what the queues held after each Wait:
+	// recorded on a run without expectations (the model's), consumed as
+	// expectations by a run given them (the live one). See Expectations.
+	counts, expect     []int
+	settled, expectSet []string
+	expecting          bool
 	// observed is when the last observation outside a Surplus quiet period
 	// was recorded; quiet is set during one.
 	observed time.Time
 	quiet    bool
-	obs      *amqp.Connection // a live run's observer connection
+	obs      Conn // the run's observer connection (see observer)
 }
 
 type chanState struct {
@@ -479,7 +488,7 @@ func (r *Run) Dial() Conn {
 		// 4.0.5: at 32 connections opening and closing, the slowest of 160
 		// opens took 5.0 s, the median 4 ms), which made the run late
 		// before it had begun.
-		r.observer(live)
+		r.observer()
 		live.start = time.Now()
 	}
 	return c
@@ -583,103 +592,6 @@ func (r *Run) Purge(ch Channel, name string) {
 		return
 	}
 	r.Logf("purge %s: messages=%d", name, n)
-}
-
-// observer is the live run's own connection for reading queue counts
-// (settleStats, Quiesce), dialled on first use and again if it closed; nil
-// if the broker cannot be reached. One connection a run, not one a read:
-// with the scenarios running at once, a dial per settlement kept both
-// brokers busy accepting connections, and their timers ran late.
-func (r *Run) observer(live *Live) *amqp.Connection {
-	if r.obs == nil || r.obs.IsClosed() {
-		c, err := amqp.Dial(live.URL)
-		if err != nil {
-			return nil
-		}
-		r.obs = c
-	}
-	return r.obs
-}
-
-// settleStats waits until a live quorum queue's counts are current. RabbitMQ
-// answers a quorum queue's declare-ok, passive declare and delete counts
-// with ra:local_query on the applied state (rabbit_fifo_client:stat), so an
-// ack or return sent just before may not show yet. Reading the counts has no
-// side effect on a quorum queue (it does not renew x-expires), so this reads
-// them on the run's observer connection until two reads 20 ms apart agree. Classic
-// queues answer in order and need nothing.
-func (r *Run) settleStats(name string) {
-	live, ok := r.target.(*Live)
-	if !ok || !r.quorum[name] {
-		return
-	}
-	c := r.observer(live)
-	if c == nil {
-		return
-	}
-	read := func() (amqp.Queue, bool) {
-		ch, err := c.Channel()
-		if err != nil {
-			return amqp.Queue{}, false
-		}
-		defer ch.Close()
-		q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
-		return q, err == nil
-	}
-	prev, ok := read()
-	for i := 0; ok && i < 25; i++ {
-		time.Sleep(20 * time.Millisecond)
-		next, ok2 := read()
-		if !ok2 || next == prev {
-			return
-		}
-		prev = next
-	}
-}
-
-// Quiesce waits, on a live broker, until the work an operation set off
-// inside it has finished: a dead letter republished by a queue process or
-// a quorum queue's Ra effects, a requeue after a channel closed. It reads
-// the counts of every queue of the run, on a separate connection, until two
-// reads 10 ms apart agree. A passive declare renews a classic queue's
-// x-expires lease, so Quiesce leaves queues declared with x-expires alone;
-// on the model it does nothing.
-func (r *Run) Quiesce() {
-	live, ok := r.target.(*Live)
-	if !ok {
-		return
-	}
-	c := r.observer(live)
-	if c == nil {
-		return
-	}
-	snapshot := func() string {
-		var b strings.Builder
-		for _, name := range r.queues {
-			if r.leased[name] {
-				continue
-			}
-			ch, err := c.Channel()
-			if err != nil {
-				return ""
-			}
-			q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
-			if err == nil {
-				_ = ch.Close()
-				fmt.Fprintf(&b, "%s=%d/%d ", name, q.Messages, q.Consumers)
-			}
-		}
-		return b.String()
-	}
-	prev := snapshot()
-	for range 30 {
-		time.Sleep(10 * time.Millisecond)
-		next := snapshot()
-		if next == prev {
-			return
-		}
-		prev = next
-	}
 }
 
 // Qos sets the channel's prefetch and records an error.
@@ -900,14 +812,6 @@ func (r *Run) receiveN(c <-chan amqp.Delivery, n int) []amqp.Delivery {
 	return out
 }
 
-// Expect makes ReceiveAll on this run wait for the counts another run
-// recorded (see Counts): a live broker hands deliveries over
-// asynchronously, so the model says how many to wait for.
-func (r *Run) Expect(counts []int) { r.expect = slices.Clone(counts) }
-
-// Counts returns how many deliveries each ReceiveAll took.
-func (r *Run) Counts() []int { return slices.Clone(r.counts) }
-
 // ReceiveAll records every delivery the consumer has been handed. On a run
 // with expectations it waits for the expected number and no longer: time
 // spent watching for a surplus would pass on the live broker and not on
@@ -1029,12 +933,6 @@ func (r *Run) Checkpoint() {
 	if live, ok := r.target.(*Live); ok {
 		live.checkpoint()
 	}
-}
-
-// Wait lets d pass on the target.
-func (r *Run) Wait(d time.Duration) {
-	r.target.Wait(d)
-	r.Logf("wait %s", d)
 }
 
 // Describe renders a delivery as a trace line: body, delivery fields, the
