@@ -340,8 +340,7 @@ type Run struct {
 	// recorded on a run without expectations (the model's), consumed as
 	// expectations by a run given them (the live one). See Expectations.
 	counts, expect     []int
-	settled, expectSet []string
-	expecting          bool
+	settled, expectSet []string // expectSet is nil on a run given none
 	// observed is when the last observation outside a Surplus quiet period
 	// was recorded; quiet is set during one.
 	observed time.Time

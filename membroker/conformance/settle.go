@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -42,7 +41,6 @@ func (r *Run) Expectations() Expectations {
 func (r *Run) Expect(e Expectations) {
 	r.expect = slices.Clone(e.Deliveries)
 	r.expectSet = slices.Clone(e.Counts)
-	r.expecting = true
 }
 
 // Wait lets d pass on the target and records it.
@@ -72,7 +70,7 @@ func (r *Run) Wait(d time.Duration) {
 
 // awaitCounts is Wait's reading of a live run's counts.
 func (r *Run) awaitCounts(live *Live) {
-	if !r.expecting {
+	if r.expectSet == nil {
 		return
 	}
 	if len(r.expectSet) == 0 {
@@ -85,13 +83,9 @@ func (r *Run) awaitCounts(live *Live) {
 		return
 	}
 	got, until := r.queueCounts(), time.Now().Add(live.Patience())
-	first := got
 	for got != want && time.Now().Before(until) {
 		time.Sleep(10 * time.Millisecond)
 		got = r.queueCounts()
-	}
-	if n := time.Since(until.Add(-live.Patience())); got != first {
-		fmt.Fprintf(os.Stderr, "DBG awaited %s: %q -> %q\n", n.Round(time.Millisecond), first, got)
 	}
 	live.reanchor()
 	if got != want {
@@ -113,23 +107,34 @@ func (r *Run) queueCounts() string {
 		if !r.counted(name) {
 			continue
 		}
-		c := r.observer()
-		if c == nil {
-			break
-		}
-		ch, err := c.Channel()
-		if err != nil {
-			_ = c.Close()
-			r.obs = nil
-			break
-		}
-		q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
-		if err == nil {
-			_ = ch.Close()
+		if q, ok := r.passive(name); ok {
 			fmt.Fprintf(&b, "%s=%d/%d ", strings.TrimPrefix(name, r.prefix), q.Messages, q.Consumers)
 		}
 	}
 	return b.String()
+}
+
+// passive answers a passive declare of name on the observer connection,
+// on a channel of its own (a refusal closes it); ok is false if the queue
+// was refused or the observer could not be reached, which drops it for
+// the next read.
+func (r *Run) passive(name string) (q amqp.Queue, ok bool) {
+	c := r.observer()
+	if c == nil {
+		return q, false
+	}
+	ch, err := c.Channel()
+	if err != nil {
+		_ = c.Close()
+		r.obs = nil
+		return q, false
+	}
+	q, err = ch.QueueDeclarePassive(name, false, false, false, false, nil)
+	if err != nil {
+		return q, false
+	}
+	_ = ch.Close()
+	return q, true
 }
 
 // observer is the run's own connection for reading queue counts (counts,
@@ -159,23 +164,10 @@ func (r *Run) settleStats(name string) {
 	if _, ok := r.target.(*Live); !ok || !r.quorum[name] {
 		return
 	}
-	read := func() (amqp.Queue, bool) {
-		c := r.observer()
-		if c == nil {
-			return amqp.Queue{}, false
-		}
-		ch, err := c.Channel()
-		if err != nil {
-			return amqp.Queue{}, false
-		}
-		defer ch.Close()
-		q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
-		return q, err == nil
-	}
-	prev, ok := read()
+	prev, ok := r.passive(name)
 	for i := 0; ok && i < 25; i++ {
 		time.Sleep(20 * time.Millisecond)
-		next, ok2 := read()
+		next, ok2 := r.passive(name)
 		if !ok2 || next == prev {
 			return
 		}
